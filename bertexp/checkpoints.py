@@ -1,0 +1,264 @@
+"""Checkpoint converters into bertexp's format, with a parity check.
+
+A bertexp checkpoint folder holds `bert_config.json`, `vocab.txt` and
+`bert_model.ckpt.{index,data-*}` (a tf.train.Checkpoint(encoder=...)); it is
+what INIT_CHECKPOINT and `bertexp.load_encoder` take.
+"""
+import dataclasses
+import logging
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from bertexp import fileio
+from bertexp import modeling
+from bertexp import tokenization
+
+PARITY_TOLERANCE = 1e-5
+
+
+@dataclasses.dataclass
+class ConversionReport:
+  mapped: list
+  unmapped_source: list     # source tensors with no place in the encoder
+  missing: list             # encoder variables with no source tensor
+  max_abs_diff: dict        # output name -> max |bertexp - reference|
+
+  def lines(self):
+    out = [f"mapped {len(self.mapped)} tensors"]
+    out += [f"unmapped source tensor (not part of the encoder): {n}"
+            for n in self.unmapped_source]
+    out += [f"MISSING encoder variable: {n}" for n in self.missing]
+    out += [f"parity max abs diff {k}: {v:.3g}"
+            for k, v in sorted(self.max_abs_diff.items())]
+    return out
+
+
+# -- Hugging Face --------------------------------------------------------------
+
+def _hf_layer_names(i):
+  p = f"encoder.layer.{i}."
+  return {
+      "query": p + "attention.self.query", "key": p + "attention.self.key",
+      "value": p + "attention.self.value",
+      "attention_output": p + "attention.output.dense",
+      "attention_layer_norm": p + "attention.output.LayerNorm",
+      "intermediate": p + "intermediate.dense", "output_dense": p + "output.dense",
+      "output_layer_norm": p + "output.LayerNorm",
+  }
+
+
+def _layer_norm_params(tensors, prefix):
+  """HF LayerNorm is weight/bias in new files, gamma/beta in old ones."""
+  for scale, shift in (("weight", "bias"), ("gamma", "beta")):
+    if f"{prefix}.{scale}" in tensors:
+      return f"{prefix}.{scale}", f"{prefix}.{shift}"
+  return f"{prefix}.weight", f"{prefix}.bias"
+
+
+def hf_assignments(encoder, tensors):
+  """[(keras variable, source name, transform)] for every encoder variable."""
+  pairs = []
+  emb = encoder.embeddings
+  pairs += [(emb.word_embeddings, "embeddings.word_embeddings.weight", None),
+            (emb.position_embeddings, "embeddings.position_embeddings.weight",
+             None),
+            (emb.type_embeddings, "embeddings.token_type_embeddings.weight",
+             None)]
+  gamma, beta = _layer_norm_params(tensors, "embeddings.LayerNorm")
+  pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
+  for i, block in enumerate(encoder.blocks):
+    for attr, source in _hf_layer_names(i).items():
+      layer = getattr(block, attr)
+      if attr.endswith("layer_norm"):
+        gamma, beta = _layer_norm_params(tensors, source)
+        pairs += [(layer.gamma, gamma, None), (layer.beta, beta, None)]
+      else:  # PyTorch Linear stores [out, in]; Keras Dense kernels are [in, out]
+        pairs += [(layer.kernel, source + ".weight", np.transpose),
+                  (layer.bias, source + ".bias", None)]
+  pairs += [(encoder.pooler.kernel, "pooler.dense.weight", np.transpose),
+            (encoder.pooler.bias, "pooler.dense.bias", None)]
+  return pairs
+
+
+def read_safetensors(path):
+  from safetensors import numpy as st_numpy  # only the converter needs it
+  with tf.io.gfile.GFile(path, "rb") as f:
+    raw = st_numpy.load(f.read())
+  tensors = {}
+  for name, value in raw.items():
+    # BertModel checkpoints have no prefix; task models (BertFor...) use bert.
+    key = name[len("bert."):] if name.startswith("bert.") else name
+    tensors[key] = value.astype(np.float32)
+  return tensors
+
+
+def hf_config(config_path):
+  values = fileio.read_json(config_path)
+  if values.get("model_type", "bert") != "bert":
+    logging.warning("%s: model_type %r, converting as BERT", config_path,
+                    values.get("model_type"))
+  if values.get("position_embedding_type", "absolute") != "absolute":
+    raise ValueError(f"{config_path}: position_embedding_type "
+                     f"{values['position_embedding_type']!r} is not supported")
+  return modeling.BertConfig.from_dict(values, source=config_path)
+
+
+def assign(encoder, tensors, assignments):
+  """Copies tensors into the encoder; returns a report of what did not fit."""
+  used, mapped, missing = set(), [], []
+  for variable, source, transform in assignments:
+    if source not in tensors:
+      missing.append(f"{variable.name} (expected source {source})")
+      continue
+    value = tensors[source]
+    if transform is not None:
+      value = transform(value)
+    if tuple(value.shape) != tuple(variable.shape):
+      raise ValueError(f"{source}: shape {value.shape} does not fit "
+                       f"{variable.name} {tuple(variable.shape)}")
+    variable.assign(value)
+    used.add(source)
+    mapped.append(source)
+  skipped = {"embeddings.position_ids"}   # a constant buffer, not a weight
+  unmapped = sorted(n for n in tensors if n not in used and n not in skipped)
+  return ConversionReport(mapped, unmapped, missing, {})
+
+
+# -- independent numpy reference forward pass (HF tensor names) ----------------
+
+def _np_layer_norm(x, gamma, beta, eps):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _np_activation(name, x):
+  name = name.lower()
+  if name == "gelu":
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+  if name in ("gelu_tanh", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) *
+                                  (x + 0.044715 * x ** 3)))
+  if name == "relu":
+    return np.maximum(x, 0)
+  if name == "tanh":
+    return np.tanh(x)
+  return x / (1 + np.exp(-x))   # swish / silu
+
+
+def numpy_forward(tensors, config, word_ids, mask, type_ids):
+  """BERT in float64 numpy straight from HF-named tensors (linear: [out, in])."""
+  t = {k: v.astype(np.float64) for k, v in tensors.items()}
+  eps = config.layer_norm_eps
+
+  def linear(x, name):
+    return x @ t[name + ".weight"].T + t[name + ".bias"]
+
+  def layer_norm(x, prefix):
+    gamma, beta = _layer_norm_params(tensors, prefix)
+    return _np_layer_norm(x, t[gamma], t[beta], eps)
+
+  seq = word_ids.shape[1]
+  x = (t["embeddings.word_embeddings.weight"][word_ids] +
+       t["embeddings.position_embeddings.weight"][:seq][None] +
+       t["embeddings.token_type_embeddings.weight"][type_ids])
+  x = layer_norm(x, "embeddings.LayerNorm")                         # [B, S, H]
+  b, n = word_ids.shape[0], config.num_attention_heads
+  d = config.hidden_size // n
+  bias = (1.0 - mask[:, None, None, :]) * -10000.0                   # [B,1,1,S]
+  for i in range(config.num_hidden_layers):
+    names = _hf_layer_names(i)
+
+    def heads(y):
+      return y.reshape(b, seq, n, d).transpose(0, 2, 1, 3)           # [B,N,S,D]
+    q, k, v = (heads(linear(x, names[p])) for p in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias       # [B,N,S,S]
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    probs = scores / scores.sum(-1, keepdims=True)
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, seq, -1)  # [B, S, H]
+    x = layer_norm(x + linear(context, names["attention_output"]),
+                   names["attention_layer_norm"])
+    inner = _np_activation(config.hidden_act,
+                           linear(x, names["intermediate"]))         # [B, S, I]
+    x = layer_norm(x + linear(inner, names["output_dense"]),
+                   names["output_layer_norm"])
+  pooled = np.tanh(linear(x[:, 0], "pooler.dense"))                  # [B, H]
+  return {"sequence_output": x, "pooled_output": pooled}
+
+
+def parity_inputs(config, batch=2, seq=16, seed=0):
+  """Fixed inputs: random ids, the second row padded after 10 tokens."""
+  rng = np.random.RandomState(seed)
+  seq = min(seq, config.max_position_embeddings)
+  word_ids = rng.randint(0, config.vocab_size, size=[batch, seq]).astype(np.int32)
+  mask = np.ones([batch, seq], np.int32)
+  mask[1:, seq * 5 // 8:] = 0
+  type_ids = np.zeros([batch, seq], np.int32)
+  type_ids[:, seq // 2:] = min(1, config.type_vocab_size - 1)
+  return word_ids, mask, type_ids
+
+
+def parity(encoder, reference_fn):
+  """Max abs difference of both outputs on the real (unpadded) positions."""
+  word_ids, mask, type_ids = parity_inputs(encoder.config)
+  ours = encoder({"input_word_ids": word_ids, "input_mask": mask,
+                  "input_type_ids": type_ids}, training=False)
+  theirs = reference_fn(word_ids, mask, type_ids)
+  real = mask.astype(bool)
+  return {
+      "sequence_output": float(np.max(np.abs(
+          ours["sequence_output"].numpy()[real] -
+          theirs["sequence_output"][real]))),
+      "pooled_output": float(np.max(np.abs(
+          ours["pooled_output"].numpy() - theirs["pooled_output"]))),
+  }
+
+
+# -- writing ---------------------------------------------------------------------
+
+def write_checkpoint_folder(encoder, vocab_file, output_dir):
+  """bert_config.json + vocab.txt + bert_model.ckpt, written atomically."""
+  tokenization.load_vocab(vocab_file)        # refuse a vocab without [CLS]...
+  tmp = fileio.temp_name(output_dir.rstrip("/"))
+  tf.io.gfile.makedirs(tmp)
+  try:
+    fileio.write_text(fileio.join(tmp, "bert_config.json"),
+                      encoder.config.to_json_string() + "\n")
+    tf.io.gfile.copy(vocab_file, fileio.join(tmp, "vocab.txt"), overwrite=True)
+    tf.train.Checkpoint(encoder=encoder).write(fileio.join(tmp, "bert_model.ckpt"))
+    tf.io.gfile.makedirs(output_dir)
+    for name in tf.io.gfile.listdir(tmp):
+      tf.io.gfile.rename(fileio.join(tmp, name), fileio.join(output_dir, name),
+                         overwrite=True)
+  finally:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+  return output_dir
+
+
+def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
+  """HF BERT folder (model.safetensors, config.json, vocab.txt) -> bertexp."""
+  config = hf_config(fileio.join(input_dir, "config.json"))
+  tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"))
+  encoder = modeling.BertEncoder(config, name="encoder").build_variables()
+  report = assign(encoder, tensors, hf_assignments(encoder, tensors))
+  if report.missing:
+    raise ValueError(f"{input_dir}: the checkpoint lacks encoder tensors:\n  " +
+                     "\n  ".join(report.missing))
+  report.max_abs_diff = parity(
+      encoder, lambda *inputs: numpy_forward(tensors, config, *inputs))
+  for line in report.lines():
+    print(line, flush=True)
+  worst = max(report.max_abs_diff.values())
+  if worst > tolerance:
+    raise ValueError(f"parity check failed: max abs diff {worst:.3g} > "
+                     f"{tolerance:g}; nothing written")
+  write_checkpoint_folder(encoder, fileio.join(input_dir, "vocab.txt"),
+                          output_dir)
+  print(f"wrote bertexp checkpoint folder {output_dir}", flush=True)
+  return report

@@ -1,0 +1,165 @@
+"""`bertexp` subcommands: train, prepare, convert-checkpoint.
+
+    bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
+        --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
+"""
+import argparse
+import logging
+import os
+import sys
+
+import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Macros a run cannot start without; checked right after parsing.
+REQUIRED_MACROS = ("MODEL_DIR",)
+
+
+def gin_search_paths(gin_files):
+  paths = [os.path.join(REPO_ROOT, "gin"), os.path.join(REPO_ROOT, "experiments"),
+           REPO_ROOT]
+  for path in gin_files:
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in paths:
+      paths.append(folder)
+  return paths
+
+
+def parse_gin(gin_files, gin_params):
+  """Parses files + bindings; unknown names and missing macros fail here,
+  before any TensorFlow work. Returns the config text to save."""
+  import gin
+  from bertexp import registry  # noqa: F401  (registers the configurables)
+  gin.clear_config()
+  for path in gin_search_paths(gin_files):
+    gin.add_config_file_search_path(path)
+  gin.parse_config_files_and_bindings(gin_files, gin_params,
+                                      skip_unknown=False)
+  missing = []
+  for macro in REQUIRED_MACROS:
+    try:
+      value = gin.query_parameter(f"%{macro}")
+    except ValueError:
+      continue
+    if value is gin.REQUIRED:
+      missing.append(macro)
+  if missing:
+    raise ValueError(f"required gin macro(s) not set: {missing}; e.g. "
+                     f"--gin_param='{missing[0]}=\"runs/x\"'")
+  return gin.config_str()
+
+
+def cmd_train(args):
+  import gin
+  config_text = parse_gin(args.gin_file, args.gin_param)
+  from bertexp import fileio
+  from bertexp import run
+  model_dir = gin.query_parameter("%MODEL_DIR")
+  fileio.makedirs(model_dir)
+  fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
+  run.experiment(mode=args.mode)
+
+
+def cmd_prepare(args):
+  from bertexp.data import prepare
+  common = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
+                max_seq_length=args.max_seq_length,
+                do_lower_case=not args.no_lower_case,
+                max_position_embeddings=_max_positions(args.bert_config_file))
+  if args.kind == "glue":
+    meta = prepare.prepare_glue(args.task, input_dir=args.input_dir, **common)
+  else:
+    meta = prepare.prepare_classification(
+        task_name=args.task_name, train_file=args.train_file,
+        eval_file=args.eval_file, test_file=args.test_file,
+        text_columns=[c.strip() for c in args.text_columns.split(",")],
+        label_column=args.label_column,
+        labels=args.labels.split(",") if args.labels else None,
+        regression=args.regression, id_column=args.id_column, **common)
+  print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
+        f"truncated {meta['truncated_examples']}", flush=True)
+
+
+def _max_positions(bert_config_file):
+  if not bert_config_file:
+    return None
+  from bertexp import modeling
+  return modeling.BertConfig.from_json_file(
+      bert_config_file).max_position_embeddings
+
+
+def cmd_convert(args):
+  from bertexp import checkpoints
+  if args.source == "huggingface":
+    checkpoints.convert_huggingface(args.input, args.output,
+                                    tolerance=args.tolerance)
+
+
+def build_parser():
+  parser = argparse.ArgumentParser(prog="bertexp", description=__doc__,
+                                   formatter_class=argparse.RawTextHelpFormatter)
+  sub = parser.add_subparsers(dest="command", required=True)
+
+  train = sub.add_parser("train", help="train / eval / predict / export")
+  train.add_argument("--gin_file", action="append", required=True,
+                     help="experiment .gin (repeatable)")
+  train.add_argument("--gin_param", action="append", default=[],
+                     help="one binding, e.g. LEARNING_RATE=3e-5 (repeatable)")
+  train.add_argument("--mode", default="train_and_eval",
+                     choices=["train_and_eval", "train", "eval", "predict",
+                              "export", "export_only"])
+  train.set_defaults(func=cmd_train)
+
+  prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
+  prep_sub = prep.add_subparsers(dest="kind", required=True)
+  glue = prep_sub.add_parser("glue", help="a GLUE task folder")
+  glue.add_argument("--task", required=True)
+  glue.add_argument("--input_dir", required=True)
+  cls = prep_sub.add_parser("classification", help="any TSV/CSV/JSONL")
+  cls.add_argument("--train_file", required=True)
+  cls.add_argument("--eval_file", required=True)
+  cls.add_argument("--test_file")
+  cls.add_argument("--text_columns", required=True,
+                   help="one or two column names, comma separated")
+  cls.add_argument("--label_column", required=True)
+  cls.add_argument("--id_column")
+  labels = cls.add_mutually_exclusive_group()
+  labels.add_argument("--labels", help="label names in id order")
+  labels.add_argument("--regression", action="store_true")
+  cls.add_argument("--task_name", required=True)
+  for p in (glue, cls):
+    p.add_argument("--vocab_file", required=True)
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--no_lower_case", action="store_true",
+                   help="cased vocabularies")
+    p.add_argument("--bert_config_file",
+                   help="checks max_seq_length against the model")
+    p.set_defaults(func=cmd_prepare)
+
+  conv = sub.add_parser("convert-checkpoint",
+                        help="foreign checkpoint -> bertexp checkpoint folder")
+  conv.add_argument("--from", dest="source", required=True,
+                    choices=["huggingface"])
+  conv.add_argument("--input", required=True)
+  conv.add_argument("--output", required=True)
+  conv.add_argument("--tolerance", type=float, default=1e-5)
+  conv.set_defaults(func=cmd_convert)
+  return parser
+
+
+def main(argv=None):
+  args = build_parser().parse_args(argv)
+  logging.basicConfig(level=logging.INFO,
+                      format="%(asctime)s %(levelname)s %(message)s")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  try:
+    args.func(args)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"bertexp: error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

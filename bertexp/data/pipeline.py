@@ -1,0 +1,96 @@
+"""tf.data input pipelines over the prepared TFRecords.
+
+Training: shard per input pipeline, shuffle (seeded), repeat, batch with
+drop_remainder (static shapes for TPU). Evaluation: every real example once;
+the tail is padded with `example_weight` 0 rows to a whole number of batches,
+so TPUs keep static shapes and metrics still cover exactly the eval set.
+"""
+import math
+
+import tensorflow as tf
+
+MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def _record_spec(seq_length, label_dtype):
+  spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
+          for name in MODEL_INPUTS}
+  spec["label_ids"] = tf.io.FixedLenFeature([], label_dtype)
+  spec["example_id"] = tf.io.FixedLenFeature([], tf.int64)
+  return spec
+
+
+def _decode(spec):
+  def decode(serialized):
+    parsed = tf.io.parse_example(serialized, spec)
+    # TPUs have no int64 matmul/gather path; the model wants int32 anyway.
+    parsed = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v
+              for k, v in parsed.items()}
+    labels = parsed.pop("label_ids")
+    parsed["example_weight"] = tf.ones_like(labels, tf.float32)
+    return parsed, labels
+  return decode
+
+
+def list_files(file_pattern):
+  patterns = file_pattern.split(",")
+  files = []
+  for pattern in patterns:
+    matched = sorted(tf.io.gfile.glob(pattern.strip()))
+    if not matched:
+      raise FileNotFoundError(f"no TFRecord file matches {pattern!r}")
+    files.extend(matched)
+  return files
+
+
+def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
+                 is_training, input_context=None, seed=None,
+                 num_examples=None, shuffle_buffer=10000):
+  """Returns a dataset of (features, labels) batches of `batch_size`.
+
+  batch_size is per replica when `input_context` is given (that is how
+  `distribute_datasets_from_function` calls us), global otherwise.
+  num_examples is required for evaluation (to size the padding).
+  """
+  label_dtype = tf.float32 if label_type == "float" else tf.int64
+  spec = _record_spec(seq_length, label_dtype)
+  files = list_files(file_pattern)
+  num_pipelines = input_context.num_input_pipelines if input_context else 1
+  pipeline_id = input_context.input_pipeline_id if input_context else 0
+  replicas_per_pipeline = (input_context.num_replicas_in_sync // num_pipelines
+                           if input_context else 1)
+  dataset = tf.data.TFRecordDataset(files, num_parallel_reads=(
+      tf.data.AUTOTUNE if is_training and len(files) > 1 else None))
+  if num_pipelines > 1:
+    dataset = dataset.shard(num_pipelines, pipeline_id)
+  if is_training:
+    dataset = dataset.shuffle(shuffle_buffer, seed=seed,
+                              reshuffle_each_iteration=True).repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.map(_decode(spec), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+  if num_examples is None:
+    raise ValueError("evaluation needs num_examples to pad the last batch")
+  per_pipeline = batch_size * replicas_per_pipeline
+  steps = eval_steps(num_examples, batch_size * (
+      input_context.num_replicas_in_sync if input_context else 1))
+  # This pipeline's share of the records, then padding up to steps batches.
+  mine = len(range(pipeline_id, num_examples, num_pipelines))
+  dataset = dataset.batch(batch_size).map(_decode(spec))
+  dataset = dataset.unbatch()
+  padding = _padding_dataset(seq_length, label_dtype, steps * per_pipeline - mine)
+  dataset = dataset.concatenate(padding).batch(batch_size, drop_remainder=True)
+  return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _padding_dataset(seq_length, label_dtype, count):
+  features = {name: tf.zeros([seq_length], tf.int32) for name in MODEL_INPUTS}
+  features["example_id"] = tf.constant(-1, tf.int32)
+  features["example_weight"] = tf.constant(0.0)
+  labels = tf.zeros([], tf.float32 if label_dtype == tf.float32 else tf.int32)
+  return tf.data.Dataset.from_tensors((features, labels)).repeat(max(count, 0))
+
+
+def eval_steps(num_examples, global_batch_size):
+  return max(1, math.ceil(num_examples / global_batch_size))

@@ -1,0 +1,172 @@
+"""Rows -> TFRecords of packed ids + `{task}_meta_data` JSON.
+
+Record features (names are the encoder's input names, end to end):
+  input_word_ids, input_mask, input_type_ids: int64 [S]
+  label_ids: int64 [1] (classification) or float [1] (regression)
+  example_id: int64 [1], the row's position in its file (for submissions).
+"""
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from bertexp import fileio
+from bertexp import tokenization
+from bertexp.data import readers
+from bertexp.data import records
+
+_BATCH = 20000
+
+
+def encode_labels(rows, label_names, regression):
+  """Raw label strings -> int ids or floats; errors name file and line."""
+  if rows.labels is None:
+    return np.zeros(len(rows), np.float32 if regression else np.int64)
+  if regression:
+    values = np.zeros(len(rows), np.float32)
+    for i, raw in enumerate(rows.labels):
+      try:
+        values[i] = float(raw)
+      except ValueError:
+        raise ValueError(f"{rows.path}:{rows.lines[i]}: regression label "
+                         f"{raw!r} is not a number") from None
+    return values
+  index = {name: i for i, name in enumerate(label_names)}
+  ids = np.zeros(len(rows), np.int64)
+  for i, raw in enumerate(rows.labels):
+    if raw not in index:
+      raise ValueError(f"{rows.path}:{rows.lines[i]}: unknown label {raw!r}; "
+                       f"expected one of {list(label_names)}")
+    ids[i] = index[raw]
+  return ids
+
+
+def _numeric_ids(rows, start, end):
+  """The file's own integer ids (GLUE `index`) where it has them, else row numbers."""
+  try:
+    return np.array([int(i) for i in rows.example_ids[start:end]], np.int64)
+  except ValueError:
+    return np.arange(start, min(end, len(rows)), dtype=np.int64)
+
+
+def write_split(rows, tokenizer, max_seq_length, label_values, path):
+  """Tokenizes, packs and writes one split; returns its example count."""
+  writer = records.RecordWriter(path)
+  truncated = 0
+  try:
+    for start in range(0, len(rows), _BATCH):
+      end = start + _BATCH
+      ids_a = tokenizer.tokenize(rows.text_a[start:end])
+      ids_b = (tokenizer.tokenize(rows.text_b[start:end])
+               if rows.text_b is not None else None)
+      features, cut = tokenization.pack(tokenizer, ids_a, ids_b, max_seq_length)
+      truncated += cut
+      features["label_ids"] = label_values[start:end]
+      features["example_id"] = _numeric_ids(rows, start, end)
+      writer.write_batch(features)
+    writer.commit()
+  except BaseException:
+    writer.abort()
+    raise
+  if truncated:
+    logging.info("%s: %d of %d examples truncated to max_seq_length %d",
+                 rows.path, truncated, len(rows), max_seq_length)
+  return writer.count, truncated
+
+
+def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
+            label_names, regression, do_lower_case=True,
+            max_position_embeddings=None):
+  """Writes `{task}_{split}.tf_record` per split and `{task}_meta_data`.
+
+  splits: list of (split name, Rows, has_labels); split "train" comes first.
+  All records are written to temporary names, the meta data last: a failure
+  anywhere leaves no file under a final name from this run.
+  """
+  if max_seq_length < 3:
+    raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
+                     "[CLS] a [SEP] b [SEP]")
+  if max_position_embeddings and max_seq_length > max_position_embeddings:
+    raise ValueError(f"max_seq_length {max_seq_length} is above the model's "
+                     f"max_position_embeddings {max_position_embeddings}")
+  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  labels = {name: encode_labels(rows, label_names, regression)
+            for name, rows, _ in splits}   # all label errors before any writing
+  fileio.makedirs(output_dir)
+  sizes, truncated = {}, {}
+  written = []
+  try:
+    for name, rows, _ in splits:
+      path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
+      sizes[name], truncated[name] = write_split(
+          rows, tokenizer, max_seq_length, labels[name], path)
+      written.append(path)
+      logging.info("wrote %d examples to %s", sizes[name], path)
+    meta = {
+        "task": task_name,
+        "task_type": "regression" if regression else "classification",
+        "max_seq_length": max_seq_length,
+        "train_data_size": sizes.get("train", 0),
+        "eval_data_size": sizes.get("eval", 0),
+        "split_sizes": sizes,
+        "truncated_examples": truncated,
+        "num_labels": 1 if regression else len(label_names),
+        "label_type": "float" if regression else "int",
+        "label_names": [] if regression else list(label_names),
+        "do_lower_case": do_lower_case,
+        "vocab_file": vocab_file,
+        "vocab_sha256": tokenization.file_checksum(vocab_file),
+        "vocab_size": len(tokenizer.vocab),
+    }
+    fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
+  except BaseException:
+    for path in written:
+      if tf.io.gfile.exists(path):
+        tf.io.gfile.remove(path)
+    raise
+  return meta
+
+
+def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
+                 do_lower_case=True, max_position_embeddings=None):
+  spec = readers.glue_spec(task)
+  splits = [("train", readers.read_glue(
+      spec, fileio.join(input_dir, spec.train), True), True)]
+  for name, file_name in spec.evals:
+    splits.append((name, readers.read_glue(
+        spec, fileio.join(input_dir, file_name), True), True))
+  for name, file_name in spec.tests:
+    path = fileio.join(input_dir, file_name)
+    if tf.io.gfile.exists(path):
+      splits.append((name, readers.read_glue(spec, path, False), False))
+    else:
+      logging.info("%s: not found, no %s split written", path, name)
+  return prepare(spec.name.replace("-", ""), splits, vocab_file=vocab_file,
+                 output_dir=output_dir, max_seq_length=max_seq_length,
+                 label_names=spec.labels or (), regression=spec.labels is None,
+                 do_lower_case=do_lower_case,
+                 max_position_embeddings=max_position_embeddings)
+
+
+def prepare_classification(*, task_name, train_file, eval_file, test_file=None,
+                           text_columns, label_column, labels=None,
+                           regression=False, vocab_file, output_dir,
+                           max_seq_length=128, do_lower_case=True,
+                           id_column=None, max_position_embeddings=None):
+  if not 1 <= len(text_columns) <= 2:
+    raise ValueError(f"--text_columns takes one or two names, got {text_columns}")
+  train = readers.read_any(train_file, text_columns, label_column, id_column)
+  splits = [("train", train, True),
+            ("eval", readers.read_any(eval_file, text_columns, label_column,
+                                      id_column), True)]
+  if test_file:
+    splits.append(("test", readers.read_any(test_file, text_columns, None,
+                                            id_column), False))
+  if not regression and not labels:
+    labels = sorted(set(train.labels))
+    logging.info("labels from %s (sorted): %s", train_file, labels)
+  return prepare(task_name, splits, vocab_file=vocab_file,
+                 output_dir=output_dir, max_seq_length=max_seq_length,
+                 label_names=tuple(labels or ()), regression=regression,
+                 do_lower_case=do_lower_case,
+                 max_position_embeddings=max_position_embeddings)

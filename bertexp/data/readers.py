@@ -1,0 +1,198 @@
+"""Readers: GLUE TSV layouts and any TSV/CSV/JSONL with named columns.
+
+Each reader returns `Rows`: parallel lists of texts, raw labels, example ids
+and the source line of each row, so that later errors can name the line.
+"""
+import csv
+import dataclasses
+import io
+import json
+from typing import List, Optional
+
+from bertexp import fileio
+
+csv.field_size_limit(1 << 30)
+
+
+@dataclasses.dataclass
+class Rows:
+  path: str
+  text_a: List[str]
+  text_b: Optional[List[str]]
+  labels: Optional[List[str]]    # raw label strings; None for test files
+  example_ids: List[str]
+  lines: List[int]               # 1-based line of each row in `path`
+
+  def __len__(self):
+    return len(self.text_a)
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueSpec:
+  """Where one GLUE task keeps its texts and labels."""
+  name: str
+  labels: Optional[tuple]          # None: regression
+  text_columns: tuple              # header names of text a (and b)
+  label_column: Optional[str]
+  train: str
+  evals: tuple                     # (split name, file name) pairs
+  tests: tuple
+  test_text_columns: tuple = ()
+  id_column: str = "index"
+  headerless_columns: Optional[dict] = None   # CoLA train/dev have no header
+
+
+_NLI = ("entailment", "not_entailment")
+GLUE_TASKS = {
+    "cola": GlueSpec(
+        "cola", ("0", "1"), ("sentence",), "label", "train.tsv",
+        (("eval", "dev.tsv"),), (("test", "test.tsv"),),
+        headerless_columns={"sentence": 3, "label": 1, "index": None}),
+    "sst-2": GlueSpec("sst-2", ("0", "1"), ("sentence",), "label", "train.tsv",
+                      (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
+    "mrpc": GlueSpec(
+        "mrpc", ("0", "1"), ("#1 String", "#2 String"), "Quality",
+        "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),),
+        id_column="index"),
+    "qqp": GlueSpec(
+        "qqp", ("0", "1"), ("question1", "question2"), "is_duplicate",
+        "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),),
+        id_column="id"),
+    "sts-b": GlueSpec(
+        "sts-b", None, ("sentence1", "sentence2"), "score", "train.tsv",
+        (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
+    "mnli": GlueSpec(
+        "mnli", ("contradiction", "entailment", "neutral"),
+        ("sentence1", "sentence2"), "gold_label", "train.tsv",
+        (("eval", "dev_matched.tsv"), ("eval_mismatched", "dev_mismatched.tsv")),
+        (("test", "test_matched.tsv"), ("test_mismatched", "test_mismatched.tsv"),
+         ("ax", "diagnostic.tsv"))),
+    "qnli": GlueSpec("qnli", _NLI, ("question", "sentence"), "label",
+                     "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
+    "rte": GlueSpec("rte", _NLI, ("sentence1", "sentence2"), "label",
+                    "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
+    "wnli": GlueSpec("wnli", ("0", "1"), ("sentence1", "sentence2"), "label",
+                     "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
+}
+GLUE_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "sts": "sts-b",
+                "mnli-mm": "mnli", "ax": "mnli"}
+
+
+def glue_spec(task):
+  key = task.lower()
+  key = GLUE_ALIASES.get(key, key)
+  if key not in GLUE_TASKS:
+    raise ValueError(f"unknown GLUE task {task!r}; expected one of "
+                     f"{sorted(t.upper() for t in GLUE_TASKS)}")
+  return GLUE_TASKS[key]
+
+
+def _split_lines(path, text):
+  """Physical lines without the trailing empty one; strips a UTF-8 BOM."""
+  if text.startswith("\ufeff"):
+    text = text[1:]
+  lines = text.splitlines()
+  if not lines:
+    raise ValueError(f"{path}: empty file")
+  return lines
+
+
+def _column_getter(path, header, names):
+  missing = [n for n in names if n not in header]
+  if missing:
+    raise ValueError(f"{path}:1: header has no column {missing} "
+                     f"(columns: {header})")
+  return [header.index(n) for n in names]
+
+
+def _table_rows(path, delimiter):
+  """Yields (line number, fields) with the header first; TSV without quoting."""
+  text = fileio.read_text(path)
+  lines = _split_lines(path, text)
+  if delimiter == "\t":
+    for number, line in enumerate(lines, 1):
+      yield number, line.split("\t")
+    return
+  reader = csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter)
+  for fields in reader:
+    yield reader.line_num, fields
+
+
+def read_table(path, text_columns, label_column=None, id_column=None,
+               positions=None):
+  """Reads a TSV/CSV with a header (or fixed `positions` name -> index)."""
+  delimiter = "," if path.lower().endswith(".csv") else "\t"
+  rows = Rows(path, [], [] if len(text_columns) > 1 else None,
+              [] if label_column else None, [], [])
+  records = _table_rows(path, delimiter)
+  wanted = list(text_columns) + ([label_column] if label_column else [])
+  if positions is None:
+    _, header = next(records)
+    indices = _column_getter(path, header, wanted)
+    id_index = header.index(id_column) if id_column in header else None
+    width = len(header)
+  else:
+    indices = [positions[n] for n in wanted]
+    id_index = positions.get(id_column) if id_column else None
+    width = None
+  for number, fields in records:
+    if width is None:
+      width = len(fields)
+    if len(fields) != width:
+      raise ValueError(f"{path}:{number}: expected {width} columns, found "
+                       f"{len(fields)}")
+    values = [fields[i] for i in indices]
+    rows.text_a.append(values[0])
+    if rows.text_b is not None:
+      rows.text_b.append(values[1])
+    if label_column:
+      rows.labels.append(values[-1].strip())
+    rows.example_ids.append(fields[id_index] if id_index is not None
+                            else str(len(rows.example_ids)))
+    rows.lines.append(number)
+  if not rows.text_a:
+    raise ValueError(f"{path}: no data rows")
+  return rows
+
+
+def read_jsonl(path, text_columns, label_column=None, id_column=None):
+  rows = Rows(path, [], [] if len(text_columns) > 1 else None,
+              [] if label_column else None, [], [])
+  lines = _split_lines(path, fileio.read_text(path))
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{number}: not valid JSON ({e})") from e
+    wanted = list(text_columns) + ([label_column] if label_column else [])
+    missing = [c for c in wanted if c not in record]
+    if missing:
+      raise ValueError(f"{path}:{number}: missing field(s) {missing}")
+    rows.text_a.append(str(record[text_columns[0]]))
+    if rows.text_b is not None:
+      rows.text_b.append(str(record[text_columns[1]]))
+    if label_column:
+      rows.labels.append(str(record[label_column]).strip())
+    rows.example_ids.append(str(record.get(id_column, len(rows.example_ids))))
+    rows.lines.append(number)
+  if not rows.text_a:
+    raise ValueError(f"{path}: no data rows")
+  return rows
+
+
+def read_any(path, text_columns, label_column=None, id_column=None):
+  if path.lower().endswith((".jsonl", ".json")):
+    return read_jsonl(path, text_columns, label_column, id_column)
+  return read_table(path, text_columns, label_column, id_column)
+
+
+def read_glue(spec, path, with_labels):
+  """Reads one GLUE file; test files (with_labels False) carry ids instead."""
+  label = spec.label_column if with_labels else None
+  texts = spec.text_columns
+  if spec.headerless_columns and with_labels:
+    return read_table(path, texts, label, spec.id_column,
+                      positions=spec.headerless_columns)
+  return read_table(path, texts, label, spec.id_column)

@@ -1,0 +1,63 @@
+"""File access through tf.io.gfile, so gs://, ram:// and local paths all work.
+
+Writers go to a temporary name first and rename at the end: a failure never
+leaves a half-written file under the final name.
+"""
+import contextlib
+import json
+import os
+import uuid
+
+import tensorflow as tf
+
+
+def join(*parts):
+  # os.path.join would mangle "gs://" on Windows; posix join is what gfile wants.
+  return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
+
+
+def read_text(path):
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"{path}: file not found")
+  with tf.io.gfile.GFile(path, "r") as f:
+    return f.read()
+
+
+def read_json(path):
+  try:
+    return json.loads(read_text(path))
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def makedirs(path):
+  tf.io.gfile.makedirs(path)
+
+
+def temp_name(path):
+  return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+  """Yields a temporary path; renames it to `path` only if the block succeeds."""
+  parent = os.path.dirname(path)
+  if parent:
+    tf.io.gfile.makedirs(parent)
+  tmp = temp_name(path)
+  try:
+    yield tmp
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+  finally:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.remove(tmp)
+
+
+def write_text(path, text):
+  with atomic_path(path) as tmp:
+    with tf.io.gfile.GFile(tmp, "w") as f:
+      f.write(text)
+
+
+def write_json(path, value):
+  write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")

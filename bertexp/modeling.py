@@ -1,0 +1,304 @@
+"""The BERT encoder and its heads, in tf_keras.
+
+Shape legend: B batch, S sequence length, H hidden size, N attention heads,
+D = H / N head size, I intermediate size, L number of labels.
+"""
+import dataclasses
+import json
+import math
+
+import tensorflow as tf
+import tf_keras
+
+from bertexp import fileio
+
+
+@dataclasses.dataclass
+class BertConfig:
+  """The fields of google-research/bert's `bert_config.json`.
+
+  vocab_size: rows of the word-embedding table.
+  hidden_size: H, width of every layer.
+  num_hidden_layers: number of Transformer blocks.
+  num_attention_heads: N; must divide hidden_size.
+  intermediate_size: I, width of the feed-forward inner layer.
+  hidden_act: "gelu" (exact, erf; what Hugging Face and Model Garden use),
+    "gelu_tanh" (the tanh approximation google-research's TF1 code computes
+    under the name "gelu"; also accepted as "gelu_new", "gelu_fast",
+    "gelu_pytorch_tanh"), "relu", "tanh", "swish"/"silu".
+  hidden_dropout_prob: dropout on embeddings, attention output and FFN output.
+  attention_probs_dropout_prob: dropout on the attention probabilities.
+  max_position_embeddings: longest sequence the position table covers.
+  type_vocab_size: number of segment ids (2 for sentence pairs).
+  initializer_range: stddev of the truncated-normal initializer.
+  layer_norm_eps: epsilon of every LayerNorm (1e-12 in BERT).
+  """
+  vocab_size: int
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  intermediate_size: int = 3072
+  hidden_act: str = "gelu"
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(
+          f"hidden_size {self.hidden_size} is not a multiple of "
+          f"num_attention_heads {self.num_attention_heads}")
+    get_activation(self.hidden_act)  # fails early on an unknown name
+
+  @classmethod
+  def from_dict(cls, values, source="config"):
+    known = {f.name for f in dataclasses.fields(cls)}
+    if "vocab_size" not in values:
+      raise ValueError(f"{source}: missing required field 'vocab_size'")
+    # Extra keys (HF's model_type, pad_token_id...) are not BERT config fields.
+    return cls(**{k: v for k, v in values.items() if k in known})
+
+  @classmethod
+  def from_json_file(cls, path):
+    try:
+      values = json.loads(fileio.read_text(path))
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}: not valid JSON ({e})") from e
+    return cls.from_dict(values, source=path)
+
+  def to_json_string(self):
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+def _gelu_tanh(x):
+  return tf.nn.gelu(x, approximate=True)
+
+
+def _gelu_exact(x):
+  return tf.nn.gelu(x, approximate=False)
+
+
+_ACTIVATIONS = {
+    "gelu": _gelu_exact,
+    "gelu_tanh": _gelu_tanh,
+    "gelu_new": _gelu_tanh,
+    "gelu_fast": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "relu": tf.nn.relu,
+    "tanh": tf.tanh,
+    "swish": tf.nn.silu,
+    "silu": tf.nn.silu,
+}
+
+
+def get_activation(name):
+  try:
+    return _ACTIVATIONS[name.lower()]
+  except KeyError:
+    raise ValueError(f"hidden_act {name!r} is not one of "
+                     f"{sorted(_ACTIVATIONS)}") from None
+
+
+def _initializer(config):
+  # A new instance per weight: one unseeded instance reused gives every
+  # weight the same values.
+  return tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
+def _layer_norm(config, name):
+  # float32 even under mixed precision: the variance needs the range.
+  return tf_keras.layers.LayerNormalization(
+      axis=-1, epsilon=config.layer_norm_eps, dtype="float32", name=name)
+
+
+class Embeddings(tf_keras.layers.Layer):
+  """word + position + segment embeddings, LayerNorm, dropout."""
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config
+    self.layer_norm = _layer_norm(config, "layer_norm")
+    self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+
+  def build(self, input_shape):
+    c = self.config
+    self.word_embeddings = self.add_weight(
+        "word_embeddings", [c.vocab_size, c.hidden_size],
+        initializer=_initializer(c))
+    self.position_embeddings = self.add_weight(
+        "position_embeddings", [c.max_position_embeddings, c.hidden_size],
+        initializer=_initializer(c))
+    self.type_embeddings = self.add_weight(
+        "type_embeddings", [c.type_vocab_size, c.hidden_size],
+        initializer=_initializer(c))
+    super().build(input_shape)
+
+  def call(self, word_ids, type_ids, training=None):
+    seq_length = tf.shape(word_ids)[1]
+    x = tf.gather(self.word_embeddings, word_ids)                    # [B, S, H]
+    x += tf.gather(self.type_embeddings, type_ids)                   # [B, S, H]
+    x += self.position_embeddings[tf.newaxis, :seq_length]           # [1, S, H]
+    x = self.layer_norm(x)
+    return self.dropout(x, training=training)
+
+
+class TransformerBlock(tf_keras.layers.Layer):
+  """Post-LayerNorm self-attention + feed-forward block of BERT."""
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config
+    h = config.hidden_size
+    self.num_heads = config.num_attention_heads
+    self.head_size = h // self.num_heads
+
+    def dense(units, name, activation=None):
+      return tf_keras.layers.Dense(units, activation=activation,
+                                   kernel_initializer=_initializer(config),
+                                   name=name)
+    self.query = dense(h, "query")
+    self.key = dense(h, "key")
+    self.value = dense(h, "value")
+    self.attention_output = dense(h, "attention_output")
+    self.attention_layer_norm = _layer_norm(config, "attention_layer_norm")
+    self.intermediate = dense(config.intermediate_size, "intermediate",
+                              activation=get_activation(config.hidden_act))
+    self.output_dense = dense(h, "output")
+    self.output_layer_norm = _layer_norm(config, "output_layer_norm")
+    self.attention_dropout = tf_keras.layers.Dropout(
+        config.attention_probs_dropout_prob)
+    self.hidden_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+
+  def _split_heads(self, x):
+    b, s = tf.shape(x)[0], tf.shape(x)[1]
+    x = tf.reshape(x, [b, s, self.num_heads, self.head_size])        # [B, S, N, D]
+    return tf.transpose(x, [0, 2, 1, 3])                              # [B, N, S, D]
+
+  def call(self, x, attention_bias, training=None):
+    # x: [B, S, H]; attention_bias: [B, 1, 1, S], 0 to attend, -10000 to not.
+    q = self._split_heads(self.query(x))
+    k = self._split_heads(self.key(x))
+    v = self._split_heads(self.value(x))
+    scores = tf.matmul(q, k, transpose_b=True)                       # [B, N, S, S]
+    scores = scores * (1.0 / math.sqrt(self.head_size))
+    # Softmax in float32: bf16/fp16 logits overflow or lose the mask.
+    probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_bias)
+    probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training)
+    context = tf.matmul(probs, v)                                    # [B, N, S, D]
+    context = tf.transpose(context, [0, 2, 1, 3])                    # [B, S, N, D]
+    context = tf.reshape(context, tf.shape(x))                       # [B, S, H]
+    attention = self.hidden_dropout(self.attention_output(context),
+                                    training=training)
+    x = self.attention_layer_norm(tf.cast(x, tf.float32) +
+                                  tf.cast(attention, tf.float32))
+    x = tf.cast(x, self.compute_dtype)
+    ffn = self.output_dense(self.intermediate(x))                    # [B, S, H]
+    ffn = self.hidden_dropout(ffn, training=training)
+    out = self.output_layer_norm(tf.cast(x, tf.float32) +
+                                 tf.cast(ffn, tf.float32))
+    return tf.cast(out, self.compute_dtype)
+
+
+class BertEncoder(tf_keras.Model):
+  """BERT: dict of int32 [B, S] ids -> sequence_output [B, S, H], pooled [B, H].
+
+  Inputs: `input_word_ids`, `input_mask` (1 = real token), `input_type_ids`.
+  Outputs are float32 whatever the mixed-precision policy.
+  """
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config
+    self.embeddings = Embeddings(config, name="embeddings")
+    self.blocks = [TransformerBlock(config, name=f"layer_{i}")
+                   for i in range(config.num_hidden_layers)]
+    self.pooler = tf_keras.layers.Dense(
+        config.hidden_size, activation="tanh",
+        kernel_initializer=_initializer(config), name="pooler")
+
+  def call(self, inputs, training=None):
+    word_ids = tf.cast(inputs["input_word_ids"], tf.int32)
+    mask = tf.cast(inputs["input_mask"], tf.float32)
+    type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
+    attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    x = tf.cast(self.embeddings(word_ids, type_ids, training=training),
+                self.compute_dtype)                                  # [B, S, H]
+    for block in self.blocks:
+      x = block(x, attention_bias, training=training)
+    pooled = self.pooler(x[:, 0])                                    # [B, H]
+    return {"sequence_output": tf.cast(x, tf.float32),
+            "pooled_output": tf.cast(pooled, tf.float32)}
+
+  def dummy_inputs(self, batch_size=1, seq_length=8):
+    ones = tf.ones([batch_size, seq_length], tf.int32)
+    return {"input_word_ids": ones, "input_mask": ones,
+            "input_type_ids": tf.zeros_like(ones)}
+
+  def build_variables(self):
+    """Creates all variables by one call on dummy inputs; returns self."""
+    self(self.dummy_inputs(), training=False)
+    return self
+
+
+class ClassifierModel(tf_keras.Model):
+  """Encoder + dropout + dense on the pooled output -> logits [B, L].
+
+  With num_labels == 1 the single output is a regression value.
+  """
+
+  def __init__(self, encoder: BertEncoder, num_labels: int,
+               dropout_rate: float = 0.1, **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    self.num_labels = num_labels
+    self.dropout = tf_keras.layers.Dropout(dropout_rate)
+    self.classifier = tf_keras.layers.Dense(
+        num_labels, kernel_initializer=_initializer(encoder.config),
+        dtype="float32", name="classifier")
+
+  def call(self, inputs, training=None):
+    pooled = self.encoder(inputs, training=training)["pooled_output"]  # [B, H]
+    return self.classifier(self.dropout(pooled, training=training))    # [B, L]
+
+  def build_variables(self):
+    self(self.encoder.dummy_inputs(), training=False)
+    return self
+
+
+def load_encoder(bert_config_file, checkpoint=None):
+  """Builds the encoder from a bert_config.json; restores `checkpoint` if given.
+
+  `checkpoint` is a bertexp checkpoint prefix (e.g. OUT/bert_model.ckpt) or a
+  folder holding one. Every encoder variable must be found in it.
+  """
+  config = BertConfig.from_json_file(bert_config_file)
+  encoder = BertEncoder(config).build_variables()
+  if checkpoint:
+    restore_encoder(encoder, checkpoint)
+  return encoder
+
+
+def resolve_checkpoint(path):
+  """A checkpoint prefix from a prefix or a folder (its latest checkpoint)."""
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+      return latest
+    candidate = path.rstrip("/") + "/bert_model.ckpt"
+    if tf.io.gfile.exists(candidate + ".index"):
+      return candidate
+    raise FileNotFoundError(f"{path}: folder holds no checkpoint")
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(f"{path}: no checkpoint (missing {path}.index)")
+  return path
+
+
+def restore_encoder(encoder, checkpoint):
+  """Restores encoder weights only (what INIT_CHECKPOINT means)."""
+  prefix = resolve_checkpoint(checkpoint)
+  status = tf.train.Checkpoint(encoder=encoder).read(prefix)
+  status.assert_existing_objects_matched()
+  return prefix

@@ -1,0 +1,113 @@
+"""AdamW and LAMB with BERT's learning-rate schedule.
+
+Schedule (as google-research/bert and Model Garden): linear warmup from 0 to
+the peak over `num_warmup_steps`; after it, polynomial decay (power 1 =
+linear) from the peak to `end_learning_rate` measured from step 0 over
+`num_train_steps`, so at step s >= warmup: lr = (peak - end)(1 - s/T) + end.
+Weight decay skips LayerNorm and bias variables. Gradient clipping is done
+once, in the trainer, where the gradient norm is also logged.
+"""
+import gin
+import tensorflow as tf
+import tf_keras
+
+NO_DECAY = ("layer_norm", "LayerNorm", "bias")
+
+
+@gin.configurable(module="bertexp")
+class WarmupPolynomialDecay(tf_keras.optimizers.schedules.LearningRateSchedule):
+  """Linear warmup, then polynomial decay over the whole run."""
+
+  def __init__(self, peak, num_train_steps, num_warmup_steps,
+               end_learning_rate=0.0, power=1.0):
+    super().__init__()
+    self.peak = peak
+    self.num_train_steps = num_train_steps
+    self.num_warmup_steps = num_warmup_steps
+    self.end_learning_rate = end_learning_rate
+    self.power = power
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    total = tf.cast(max(self.num_train_steps, 1), tf.float32)
+    fraction = tf.minimum(step, total) / total
+    decayed = ((self.peak - self.end_learning_rate) *
+               (1.0 - fraction) ** self.power + self.end_learning_rate)
+    if self.num_warmup_steps <= 0:
+      return decayed
+    warmup = self.peak * step / tf.cast(self.num_warmup_steps, tf.float32)
+    return tf.where(step < self.num_warmup_steps, warmup, decayed)
+
+  def get_config(self):
+    return {"peak": self.peak, "num_train_steps": self.num_train_steps,
+            "num_warmup_steps": self.num_warmup_steps,
+            "end_learning_rate": self.end_learning_rate, "power": self.power}
+
+
+class Lamb(tf_keras.optimizers.Optimizer):
+  """LAMB (You et al. 2019): Adam update rescaled per layer by the trust ratio
+  ||w|| / ||update||, with decoupled weight decay inside the update."""
+
+  def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+               weight_decay=0.01, name="Lamb", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self._learning_rate = self._build_learning_rate(learning_rate)
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.lamb_weight_decay = weight_decay
+
+  def build(self, var_list):
+    super().build(var_list)
+    if getattr(self, "_built", False):
+      return
+    self._built = True
+    self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
+    self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
+
+  def update_step(self, gradient, variable):
+    lr = tf.cast(self.learning_rate, variable.dtype)
+    step = tf.cast(self.iterations + 1, variable.dtype)
+    index = self._index_dict[self._var_key(variable)]
+    m, v = self._m[index], self._v[index]
+    m.assign(self.beta_1 * m + (1 - self.beta_1) * gradient)
+    v.assign(self.beta_2 * v + (1 - self.beta_2) * tf.square(gradient))
+    m_hat = m / (1 - self.beta_1 ** step)
+    v_hat = v / (1 - self.beta_2 ** step)
+    update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+    decays = not any(n in variable.name for n in NO_DECAY)
+    if decays:
+      update += self.lamb_weight_decay * variable
+    w_norm, u_norm = tf.norm(variable), tf.norm(update)
+    ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
+    variable.assign_sub(lr * ratio * update)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({"learning_rate": self._serialize_hyperparameter(
+        self._learning_rate), "beta_1": self.beta_1, "beta_2": self.beta_2,
+                   "epsilon": self.epsilon,
+                   "weight_decay": self.lamb_weight_decay})
+    return config
+
+
+@gin.configurable(module="bertexp",
+                  denylist=["num_train_steps", "num_warmup_steps"])
+def create_optimizer(num_train_steps, num_warmup_steps, *,
+                     learning_rate=gin.REQUIRED, kind="adamw",
+                     end_learning_rate=0.0, weight_decay=0.01, beta_1=0.9,
+                     beta_2=0.999, epsilon=1e-6):
+  """BERT's optimizer. Call inside strategy.scope(): it creates variables.
+
+  The run derives num_train_steps and num_warmup_steps from the data size.
+  """
+  schedule = WarmupPolynomialDecay(learning_rate, num_train_steps,
+                                   num_warmup_steps, end_learning_rate)
+  if kind == "adamw":
+    optimizer = tf_keras.optimizers.AdamW(
+        learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1,
+        beta_2=beta_2, epsilon=epsilon)
+    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
+    return optimizer
+  if kind == "lamb":
+    return Lamb(schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                weight_decay=weight_decay)
+  raise ValueError(f"optimizer kind {kind!r} is not 'adamw' or 'lamb'")

@@ -1,0 +1,217 @@
+"""train / eval / predict / export: strategy -> task -> model -> optimizer ->
+trainer -> orbit.Controller, all from gin bindings of `bertexp.experiment`."""
+import dataclasses
+import logging
+import math
+import time
+
+import gin
+import tensorflow as tf
+import tf_keras
+
+from bertexp import export as export_lib
+from bertexp import fileio
+from bertexp import modeling
+from bertexp import optimization
+from bertexp import orbit_import
+from bertexp import strategy as strategy_lib
+from bertexp import trainer as trainer_lib
+
+orbit = orbit_import.orbit
+MODES = ("train_and_eval", "train", "eval", "predict", "export")
+
+
+@dataclasses.dataclass
+class Schedule:
+  """Step counts derived from the data, as Model Garden's run_classifier."""
+  steps_per_epoch: int       # steps between evaluations
+  total_steps: int
+  warmup_steps: int
+
+
+def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
+                    num_eval_per_epoch=1, warmup_fraction=0.1,
+                    train_steps=None):
+  """run_classifier: an "epoch" is 1/num_eval_per_epoch of the data;
+  steps_per_epoch = int(size_per_epoch / batch);
+  warmup = int(epochs * size_per_epoch * 0.1 / batch)."""
+  epochs = num_train_epochs * num_eval_per_epoch
+  size_per_epoch = train_data_size // num_eval_per_epoch
+  steps_per_epoch = int(size_per_epoch / train_batch_size)
+  if steps_per_epoch < 1 and not train_steps:
+    raise ValueError(
+        f"train_data_size {train_data_size} / num_eval_per_epoch "
+        f"{num_eval_per_epoch} is smaller than one batch of "
+        f"{train_batch_size}: no training step")
+  total = train_steps or int(steps_per_epoch * epochs)
+  warmup = int(epochs * size_per_epoch * warmup_fraction / train_batch_size)
+  if train_steps:
+    warmup = int(train_steps * warmup_fraction)
+  return Schedule(max(steps_per_epoch, 1), total, warmup)
+
+
+def _log_and_write_summary(path, summary):
+  fileio.write_json(path, summary)
+  logging.info("Training Summary:\n%s", fileio.read_text(path))
+  print("Training Summary: " + fileio.read_text(path), flush=True)
+
+
+def _restore_model(model, model_dir, checkpoint_path):
+  """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
+  path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+  if not path:
+    raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
+                            "or export (train first or bind "
+                            "PREDICT_CHECKPOINT_PATH)")
+  tf.train.Checkpoint(model=model).read(path).expect_partial() \
+      .assert_existing_objects_matched()
+  logging.info("restored model weights from %s", path)
+  return path
+
+
+@gin.configurable(module="bertexp")
+def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
+               task=gin.REQUIRED, init_checkpoint=None, train_batch_size=32,
+               eval_batch_size=32, num_train_epochs=3, train_steps=None,
+               num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
+               checkpoint_interval_steps=None, max_checkpoints=5, seed=None,
+               deterministic=False, clip_norm=1.0,
+               predict_checkpoint_path=None, predict_splits=("test",),
+               eval_steps=-1):
+  """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
+
+  train_steps overrides the steps derived from num_train_epochs.
+  checkpoint_interval_steps defaults to one evaluation interval.
+  eval_steps=-1 evaluates the whole eval set (the only honest default).
+  """
+  mode = "export" if mode == "export_only" else mode
+  if mode not in MODES:
+    raise ValueError(f"--mode={mode!r} is not one of {MODES}")
+  if seed is not None:
+    tf_keras.utils.set_random_seed(seed)
+  if deterministic:
+    tf.config.experimental.enable_op_determinism()
+  strategy = strategy_lib.make_strategy()
+  precision, jit_compile = strategy_lib.configure_numerics()
+  fileio.makedirs(model_dir)
+  with strategy.scope():
+    model = task.build_model()
+  if mode == "export":
+    _restore_model(model, model_dir, predict_checkpoint_path)
+    return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
+  trainer_kwargs = dict(task=task, model=model, strategy=strategy,
+                        global_batch_size=train_batch_size,
+                        eval_batch_size=eval_batch_size, clip_norm=clip_norm,
+                        jit_compile=jit_compile)
+  if mode in ("eval", "predict"):
+    with strategy.scope():
+      optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
+    path = _restore_model(model, model_dir, predict_checkpoint_path)
+    evaluator = trainer_lib.Trainer(optimizer=optimizer, total_steps=0,
+                                    **trainer_kwargs)
+    if mode == "eval":
+      results = {k: float(v) for k, v in evaluator.evaluate(eval_steps).items()}
+      results["checkpoint"] = path
+      fileio.write_json(fileio.join(model_dir, "eval_results.json"), results)
+      print("Eval results: " + str(results), flush=True)
+      return results
+    written = {}
+    for split in predict_splits:
+      gathered = evaluator.gather(split)
+      written[split] = task.write_predictions(gathered, model_dir, split)
+    return written
+  return _train(mode, model_dir=model_dir, task=task, model=model,
+                strategy=strategy, init_checkpoint=init_checkpoint,
+                precision=precision, trainer_kwargs=trainer_kwargs,
+                schedule=derive_schedule(
+                    task.num_train_examples(), train_batch_size,
+                    num_train_epochs, num_eval_per_epoch, warmup_fraction,
+                    train_steps),
+                steps_per_loop=steps_per_loop,
+                checkpoint_interval_steps=checkpoint_interval_steps,
+                max_checkpoints=max_checkpoints, eval_steps=eval_steps)
+
+
+def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
+           precision, trainer_kwargs, schedule, steps_per_loop,
+           checkpoint_interval_steps, max_checkpoints, eval_steps):
+  start_time = time.time()
+  logging.info("schedule: %s", schedule)
+  with strategy.scope():
+    optimizer = optimization.create_optimizer(schedule.total_steps,
+                                              schedule.warmup_steps)
+    if precision == "mixed_float16":
+      optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    # Slots must exist before a restore, or their saved values are skipped.
+    optimizer.build(model.trainable_variables)
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+  manager = tf.train.CheckpointManager(
+      checkpoint, model_dir, max_to_keep=max_checkpoints,
+      step_counter=optimizer.iterations,
+      checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
+  if manager.latest_checkpoint:
+    logging.info("resuming from %s (weights, optimizer and step); "
+                 "INIT_CHECKPOINT is not used", manager.latest_checkpoint)
+  elif init_checkpoint:
+    prefix = modeling.restore_encoder(model.encoder, init_checkpoint)
+    logging.info("initialised the encoder from INIT_CHECKPOINT %s", prefix)
+  else:
+    logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
+                    "from random initialisation", model_dir)
+  train_dataset = strategy.distribute_datasets_from_function(
+      lambda ctx: task.build_inputs(
+          "train", ctx,
+          ctx.get_per_replica_batch_size(trainer_kwargs["global_batch_size"])))
+  trainer = trainer_lib.Trainer(optimizer=optimizer,
+                                total_steps=schedule.total_steps,
+                                train_dataset=train_dataset, **trainer_kwargs)
+  last = {"train": {}, "eval": {}}
+  operative_written = []
+
+  def on_train_loop(output):
+    last["train"] = output
+    if not operative_written:
+      fileio.write_text(fileio.join(model_dir, "operative_config.gin"),
+                        gin.operative_config_str())
+      operative_written.append(True)
+
+  def on_eval(output):
+    last["eval"] = output
+
+  controller = orbit.Controller(
+      global_step=optimizer.iterations, trainer=trainer,
+      evaluator=trainer if mode == "train_and_eval" else None,
+      strategy=strategy, steps_per_loop=steps_per_loop,
+      checkpoint_manager=manager, summary_interval=steps_per_loop,
+      summary_dir=fileio.join(model_dir, "summaries", "train"),
+      eval_summary_dir=fileio.join(model_dir, "summaries", "eval"),
+      train_actions=[on_train_loop],
+      eval_actions=[on_eval] if mode == "train_and_eval" else None)
+  resumed_step = int(optimizer.iterations.numpy())
+  train_start = time.time()
+  if mode == "train_and_eval":
+    controller.train_and_evaluate(
+        train_steps=schedule.total_steps, eval_steps=eval_steps,
+        eval_interval=schedule.steps_per_epoch)
+  else:
+    controller.train(steps=schedule.total_steps)
+  manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
+  steps_run = int(optimizer.iterations.numpy()) - resumed_step
+  train_seconds = time.time() - train_start
+  summary = {
+      "train_loss": float(last["train"].get("loss", float("nan"))),
+      "last_train_metrics": {k: float(v) for k, v in last["train"].items()},
+      "eval_metrics": {k: float(v) for k, v in last["eval"].items()},
+      "total_training_steps": schedule.total_steps,
+      "warmup_steps": schedule.warmup_steps,
+      "steps_this_run": steps_run,
+      "resumed_from_step": resumed_step,
+      "global_batch_size": trainer_kwargs["global_batch_size"],
+      "examples_per_second": (steps_run * trainer_kwargs["global_batch_size"]
+                              / train_seconds if steps_run else 0.0),
+      "wall_time_seconds": time.time() - start_time,
+      "selection_metric": task.selection_metric(),
+  }
+  _log_and_write_summary(fileio.join(model_dir, "training_summary.json"),
+                         summary)
+  return summary

@@ -1,0 +1,53 @@
+"""The Task interface: what a task supplies to the one trainer.
+
+A task owns no variables at construction; it builds them on request inside
+the strategy scope. It never owns a train step: the trainer calls `loss`,
+`update_train_metrics`, `eval_outputs` and `finalize_eval`.
+"""
+import abc
+from typing import Dict, List
+
+import tensorflow as tf
+import tf_keras
+
+
+class Task(abc.ABC):
+
+  @abc.abstractmethod
+  def build_model(self) -> tf_keras.Model:
+    """The model, variables created (call inside strategy.scope())."""
+
+  @abc.abstractmethod
+  def build_inputs(self, split: str, input_context=None,
+                   batch_size: int = 0) -> tf.data.Dataset:
+    """(features, labels) batches of `split`; features["example_weight"]."""
+
+  @abc.abstractmethod
+  def per_example_loss(self, labels, outputs) -> tf.Tensor:
+    """[B] loss of each example; the trainer averages over the global batch."""
+
+  def build_train_metrics(self) -> List[tf_keras.metrics.Metric]:
+    """Streaming, in-graph metrics reported every loop (besides the loss)."""
+    return []
+
+  def update_train_metrics(self, metrics, labels, outputs):
+    del metrics, labels, outputs
+
+  @abc.abstractmethod
+  def eval_outputs(self, features, labels, outputs) -> Dict[str, tf.Tensor]:
+    """Per-example tensors gathered to the host for `finalize_eval`."""
+
+  @abc.abstractmethod
+  def finalize_eval(self, gathered: Dict) -> Dict[str, float]:
+    """Whole-eval-set metrics from the gathered numpy arrays."""
+
+  def eval_splits(self) -> Dict[str, int]:
+    """{split name: number of examples} to evaluate on."""
+    return {}
+
+  def num_train_examples(self) -> int:
+    return 0
+
+  def selection_metric(self) -> str:
+    """The metric that selects the best checkpoint and sweep configuration."""
+    return "loss"

@@ -1,0 +1,178 @@
+"""Sentence(-pair) classification and regression (GLUE and custom TSV data)."""
+import logging
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bertexp import fileio
+from bertexp import metrics
+from bertexp import modeling
+from bertexp.data import pipeline
+from bertexp.tasks import base
+
+# GLUE submission file names (the benchmark's upload layout).
+SUBMISSION_FILES = {
+    ("cola", "test"): "CoLA.tsv", ("sst2", "test"): "SST-2.tsv",
+    ("mrpc", "test"): "MRPC.tsv", ("qqp", "test"): "QQP.tsv",
+    ("stsb", "test"): "STS-B.tsv", ("mnli", "test"): "MNLI-m.tsv",
+    ("mnli", "test_mismatched"): "MNLI-mm.tsv", ("mnli", "ax"): "AX.tsv",
+    ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv",
+    ("wnli", "test"): "WNLI.tsv",
+}
+
+
+@gin.configurable(module="bertexp")
+class ClassificationTask(base.Task):
+  """Classifier on the pooled output; regression when num_labels == 1.
+
+  Data comes from `bertexp prepare`: `*_meta_data` says the number of labels,
+  their names, the label type and the split sizes.
+  """
+
+  def __init__(self, *, bert_config_file=gin.REQUIRED,
+               meta_data_path=gin.REQUIRED, train_data_path=None,
+               eval_data_path=None, extra_eval_data_paths=None,
+               test_data_path=None, dropout_rate=None, metric_names=None,
+               seed=None):
+    self.bert_config_file = bert_config_file
+    self.meta = fileio.read_json(meta_data_path)
+    self.meta_data_path = meta_data_path
+    for key in ("max_seq_length", "num_labels", "label_type"):
+      if key not in self.meta:
+        raise ValueError(f"{meta_data_path}: missing field {key!r}")
+    self.train_data_path = train_data_path
+    self.eval_paths = {}
+    if eval_data_path:
+      self.eval_paths["eval"] = eval_data_path
+    self.eval_paths.update(extra_eval_data_paths or {})
+    self.test_data_path = test_data_path
+    self.dropout_rate = dropout_rate
+    self.seed = seed
+    self.num_labels = self.meta["num_labels"]
+    self.is_regression = self.num_labels == 1
+    default = (("pearson", "spearman") if self.is_regression else
+               metrics.TASK_METRICS.get(self.meta.get("task"), ("accuracy",)))
+    self.metric_names = tuple(metric_names or default)
+
+  # -- model ---------------------------------------------------------------
+  def build_model(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    if self.meta["max_seq_length"] > config.max_position_embeddings:
+      raise ValueError(
+          f"{self.meta_data_path}: max_seq_length {self.meta['max_seq_length']}"
+          f" is above max_position_embeddings {config.max_position_embeddings}"
+          f" of {self.bert_config_file}")
+    if self.meta.get("vocab_size", config.vocab_size) > config.vocab_size:
+      raise ValueError(f"{self.meta_data_path}: data vocab of "
+                       f"{self.meta['vocab_size']} ids does not fit the "
+                       f"model's vocab_size {config.vocab_size}")
+    dropout = (config.hidden_dropout_prob if self.dropout_rate is None
+               else self.dropout_rate)
+    encoder = modeling.BertEncoder(config, name="encoder")
+    return modeling.ClassifierModel(encoder, self.num_labels, dropout,
+                                    name="classifier_model").build_variables()
+
+  # -- data ----------------------------------------------------------------
+  def split_path(self, split):
+    if split == "train":
+      return self.train_data_path
+    if split in self.eval_paths:
+      return self.eval_paths[split]
+    if split == "test":
+      return self.test_data_path
+    return None
+
+  def split_size(self, split):
+    sizes = self.meta.get("split_sizes", {})
+    if split in sizes:
+      return sizes[split]
+    return self.meta.get(f"{split}_data_size")
+
+  def build_inputs(self, split, input_context=None, batch_size=0):
+    path = self.split_path(split)
+    if not path:
+      raise ValueError(f"no data path bound for split {split!r} (bind "
+                       "TRAIN_DATA_PATH / EVAL_DATA_PATH / TEST_DATA_PATH)")
+    return pipeline.make_dataset(
+        path, seq_length=self.meta["max_seq_length"],
+        label_type=self.meta["label_type"], batch_size=batch_size,
+        is_training=split == "train", input_context=input_context,
+        seed=self.seed, num_examples=(None if split == "train"
+                                      else self.split_size(split)))
+
+  def num_train_examples(self):
+    return int(self.meta.get("train_data_size", 0))
+
+  def eval_splits(self):
+    return {name: int(self.split_size(name) or 0) for name in self.eval_paths}
+
+  # -- loss and metrics ----------------------------------------------------
+  def per_example_loss(self, labels, outputs):
+    if self.is_regression:
+      return tf.square(tf.cast(labels, tf.float32) - outputs[:, 0])     # [B]
+    return tf_keras.losses.sparse_categorical_crossentropy(
+        labels, outputs, from_logits=True)                              # [B]
+
+  def build_train_metrics(self):
+    if self.is_regression:
+      return []
+    return [tf_keras.metrics.SparseCategoricalAccuracy("accuracy")]
+
+  def update_train_metrics(self, train_metrics, labels, outputs):
+    for metric in train_metrics:
+      metric.update_state(labels, outputs)
+
+  def eval_outputs(self, features, labels, outputs):
+    return {"labels": labels, "outputs": outputs,
+            "weights": features["example_weight"],
+            "example_id": features["example_id"],
+            "loss": self.per_example_loss(labels, outputs)}
+
+  def finalize_eval(self, gathered):
+    real = gathered["weights"] > 0
+    labels, outputs = gathered["labels"][real], gathered["outputs"][real]
+    result = {"loss": float(np.mean(gathered["loss"][real])),
+              "num_examples": int(real.sum())}
+    if self.is_regression:
+      names = self.metric_names + tuple(
+          n for n in ("mse",) if n not in self.metric_names)
+      result.update(metrics.regression_metrics(names, labels, outputs[:, 0]))
+    else:
+      result.update(metrics.classification_metrics(self.metric_names, labels,
+                                                   outputs))
+    return result
+
+  def selection_metric(self):
+    return self.metric_names[0]
+
+  # -- predictions -----------------------------------------------------------
+  def write_predictions(self, gathered, output_dir, split="test"):
+    """test_results.tsv (probabilities or values) + the GLUE submission file."""
+    real = gathered["weights"] > 0
+    outputs = gathered["outputs"][real]
+    ids = gathered["example_id"][real]
+    suffix = "" if split == "test" else f"_{split}"
+    label_names = self.meta.get("label_names") or []
+    if self.is_regression:
+      values = outputs[:, 0]
+      results = "\n".join(f"{v:.6f}" for v in values)
+      submission = ["index\tprediction"] + [
+          f"{i}\t{v:.3f}" for i, v in zip(ids, values)]
+    else:
+      probs = tf.nn.softmax(outputs, axis=-1).numpy()
+      results = "\n".join("\t".join(f"{p:.6f}" for p in row) for row in probs)
+      predicted = np.argmax(probs, axis=-1)
+      submission = ["index\tprediction"] + [
+          f"{i}\t{label_names[p] if label_names else p}"
+          for i, p in zip(ids, predicted)]
+    results_path = fileio.join(output_dir, f"test_results{suffix}.tsv")
+    fileio.write_text(results_path, results + "\n")
+    name = SUBMISSION_FILES.get((self.meta.get("task"), split),
+                                f"{self.meta.get('task', 'task')}{suffix}.tsv")
+    submission_path = fileio.join(output_dir, "submission", name)
+    fileio.write_text(submission_path, "\n".join(submission) + "\n")
+    logging.info("wrote %d predictions to %s and %s", len(ids), results_path,
+                 submission_path)
+    return results_path, submission_path

@@ -1,0 +1,140 @@
+"""WordPiece tokenization (tensorflow_text) and BERT pair packing.
+
+The rules are google-research/bert's FullTokenizer: clean control characters,
+lower case + strip accents when `do_lower_case`, split on whitespace and
+punctuation, one token per CJK character, greedy longest-match WordPiece.
+Packing is `[CLS] a [SEP] b [SEP]` with segment ids 0 for a, 1 for b, and
+pairs truncated longest-first (ties shorten b), as run_classifier did.
+"""
+import hashlib
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bertexp import fileio
+
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def load_vocab(vocab_file):
+  """Returns the vocab tokens in id order; checks the reserved tokens."""
+  tokens = fileio.read_text(vocab_file).splitlines()
+  tokens = [t.strip() for t in tokens]
+  while tokens and not tokens[-1]:
+    tokens.pop()
+  if not tokens:
+    raise ValueError(f"{vocab_file}: empty vocabulary")
+  seen = {}
+  for line, token in enumerate(tokens, 1):
+    if token in seen:
+      raise ValueError(f"{vocab_file}:{line}: duplicate token {token!r} "
+                       f"(first on line {seen[token]})")
+    seen[token] = line
+  missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in seen]
+  if missing:
+    raise ValueError(f"{vocab_file}: missing reserved tokens {missing}")
+  return tokens
+
+
+def file_checksum(path):
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    digest.update(f.read())
+  return digest.hexdigest()
+
+
+class Tokenizer:
+  """Text -> WordPiece ids, in batches, with tensorflow_text's C++ tokenizer."""
+
+  def __init__(self, vocab_file, do_lower_case=True):
+    self.vocab_file = vocab_file
+    self.do_lower_case = do_lower_case
+    self.vocab = load_vocab(vocab_file)
+    self.token_to_id = {t: i for i, t in enumerate(self.vocab)}
+    self.cls_id = self.token_to_id["[CLS]"]
+    self.sep_id = self.token_to_id["[SEP]"]
+    self.pad_id = self.token_to_id["[PAD]"]
+    # Normalisation is done by `normalize` below, not by FastBertTokenizer's
+    # own lower-casing: that one applies NFKC case folding ("²" -> "2",
+    # full-width letters -> ASCII), which FullTokenizer does not.
+    self._tokenizer = tf_text.FastBertTokenizer(
+        vocab=self.vocab, token_out_type=tf.int64, unknown_token="[UNK]",
+        no_pretokenization=False, support_detokenization=True,
+        lower_case_nfd_strip_accents=False)
+
+  def normalize(self, texts):
+    """FullTokenizer's text cleaning and lower-casing, as string ops."""
+    texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Zs}]", " ")
+    texts = tf.strings.regex_replace(texts, r"[\x{0}\x{fffd}\p{C}]", "")
+    if self.do_lower_case:
+      texts = tf.strings.lower(texts, encoding="utf-8")
+      texts = tf_text.normalize_utf8(texts, "NFD")
+      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+    return texts
+
+  def tokenize_tf(self, texts):
+    """tf.string [B] -> ragged int64 [B, (tokens)] (words merged)."""
+    return self._tokenizer.tokenize(self.normalize(texts))
+
+  def tokenize(self, texts, batch_size=8192):
+    """list of str -> list of int32 numpy arrays, one per text."""
+    result = []
+    for start in range(0, len(texts), batch_size):
+      ragged = self.tokenize_tf(tf.constant(texts[start:start + batch_size]))
+      values = ragged.flat_values.numpy().astype(np.int32)
+      splits = ragged.row_splits.numpy()
+      result.extend(np.split(values, splits[1:-1]))
+    return result
+
+  def convert_ids_to_tokens(self, ids):
+    return [self.vocab[i] for i in ids]
+
+
+def truncated_lengths(len_a, len_b, max_tokens):
+  """Lengths after google-research's longest-first pair truncation.
+
+  That loop pops from the longer side, from b on ties; its end state is
+  a = min(len_a, max(max_tokens - len_b, ceil(max_tokens / 2))), b = rest.
+  Works elementwise on numpy arrays.
+  """
+  len_a, len_b = np.asarray(len_a), np.asarray(len_b)
+  over = len_a + len_b > max_tokens
+  keep_a = np.minimum(len_a, np.maximum(max_tokens - len_b,
+                                        (max_tokens + 1) // 2))
+  new_a = np.where(over, keep_a, len_a)
+  new_b = np.where(over, max_tokens - keep_a, len_b)
+  return new_a, new_b
+
+
+def pack(tokenizer, ids_a, ids_b, max_seq_length):
+  """Packs id lists into [N, S] int32 word ids, mask and segment ids.
+
+  ids_b is None for single sentences. Returns a dict of numpy arrays and the
+  number of examples that were truncated.
+  """
+  n = len(ids_a)
+  len_a = np.array([len(x) for x in ids_a])
+  if ids_b is None:
+    len_b = np.zeros(n, np.int64)
+    new_a = np.minimum(len_a, max_seq_length - 2)
+    new_b = len_b
+  else:
+    len_b = np.array([len(x) for x in ids_b])
+    new_a, new_b = truncated_lengths(len_a, len_b, max_seq_length - 3)
+  truncated = int(np.sum((new_a < len_a) | (new_b < len_b)))
+  word_ids = np.full([n, max_seq_length], tokenizer.pad_id, np.int32)
+  type_ids = np.zeros([n, max_seq_length], np.int32)
+  word_ids[:, 0] = tokenizer.cls_id
+  for i in range(n):
+    a, b = new_a[i], new_b[i]
+    word_ids[i, 1:1 + a] = ids_a[i][:a]
+    word_ids[i, 1 + a] = tokenizer.sep_id
+    if ids_b is not None:
+      word_ids[i, 2 + a:2 + a + b] = ids_b[i][:b]
+      word_ids[i, 2 + a + b] = tokenizer.sep_id
+      type_ids[i, 2 + a:3 + a + b] = 1
+  used = new_a + 2 + (new_b + 1 if ids_b is not None else 0)
+  mask = (np.arange(max_seq_length)[None, :] < used[:, None]).astype(np.int32)
+  return {"input_word_ids": word_ids, "input_mask": mask,
+          "input_type_ids": type_ids}, truncated

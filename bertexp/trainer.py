@@ -1,0 +1,153 @@
+"""The one trainer/evaluator: every task trains and evaluates through it.
+
+    trainer = Trainer(task=task, model=model, optimizer=opt, strategy=s, ...)
+    controller = orbit.Controller(trainer=trainer, evaluator=trainer, ...)
+
+One train step: forward under a tape, loss averaged over the global batch,
+(loss scaling for float16), gradients summed across replicas, clipped by
+global norm, applied. Evaluation gathers per-example outputs to the host and
+lets the task compute whole-set metrics (F1, MCC, Spearman...).
+"""
+import logging
+import time
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bertexp import orbit_import
+
+orbit = orbit_import.orbit
+
+
+def _format_seconds(seconds):
+  seconds = int(max(seconds, 0))
+  hours, rest = divmod(seconds, 3600)
+  return (f"{hours}h{rest // 60:02d}m" if hours else
+          f"{rest // 60}m{rest % 60:02d}s")
+
+
+class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
+  """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
+
+  def __init__(self, *, task, model, optimizer, strategy, global_batch_size,
+               eval_batch_size, total_steps, clip_norm=1.0, jit_compile=False,
+               train_dataset=None):
+    self.task, self.model, self.optimizer = task, model, optimizer
+    self.strategy = strategy
+    self.global_batch_size = global_batch_size
+    self.eval_batch_size = eval_batch_size
+    self.total_steps = total_steps
+    self.clip_norm = clip_norm
+    self.jit_compile = jit_compile
+    self.global_step = optimizer.iterations
+    with strategy.scope():
+      self.train_loss = tf_keras.metrics.Mean("loss")
+      self.gradient_norm = tf_keras.metrics.Mean("gradient_norm")
+      self.train_metrics = task.build_train_metrics()
+    self._replica_fn = (tf.function(self._replica_step, jit_compile=True)
+                        if jit_compile else self._replica_step)
+    self._eval_datasets = {}
+    self._eval_step_fn = None
+    self._loop_start = None
+    if train_dataset is not None:
+      super().__init__(train_dataset, orbit.StandardTrainerOptions(
+          use_tf_while_loop=True))
+
+  # -- training ------------------------------------------------------------
+  def train_loop_begin(self):
+    for metric in [self.train_loss, self.gradient_norm] + self.train_metrics:
+      metric.reset_states()
+    self._loop_start = (time.time(), int(self.global_step.numpy()))
+
+  def _replica_step(self, features, labels):
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      outputs = self.model(features, training=True)
+      per_example = self.task.per_example_loss(labels, outputs)
+      loss = tf.nn.compute_average_loss(
+          per_example, global_batch_size=self.global_batch_size)
+      scaled = (self.optimizer.get_scaled_loss(loss) if isinstance(
+          self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+                else loss)
+    grads = tape.gradient(scaled, variables)
+    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+      grads = self.optimizer.get_unscaled_gradients(grads)
+    # Sum across replicas first, so the clip sees the true global gradient.
+    grads = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, grads)
+    norm = tf.linalg.global_norm(grads)
+    if self.clip_norm:
+      grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
+    self.optimizer.apply_gradients(zip(grads, variables),
+                                   skip_gradients_aggregation=True)
+    replicas = self.strategy.num_replicas_in_sync
+    self.train_loss.update_state(loss * replicas)
+    self.gradient_norm.update_state(norm)
+    self.task.update_train_metrics(self.train_metrics, labels, outputs)
+
+  def train_step(self, iterator):
+    features, labels = next(iterator)
+    self.strategy.run(self._replica_fn, args=(features, labels))
+
+  def train_loop_end(self):
+    step = int(self.global_step.numpy())
+    start_time, start_step = self._loop_start
+    elapsed = max(time.time() - start_time, 1e-9)
+    steps = step - start_step
+    examples_per_second = steps * self.global_batch_size / elapsed
+    logs = {"loss": self.train_loss.result(),
+            "gradient_norm": self.gradient_norm.result(),
+            "learning_rate": self.current_learning_rate(),
+            "examples_per_second": examples_per_second}
+    for metric in self.train_metrics:
+      logs[metric.name] = metric.result()
+    eta = (self.total_steps - step) * elapsed / max(steps, 1)
+    logging.info("step %d/%d  loss %.4f  %.1f ex/s  ETA %s", step,
+                 self.total_steps, float(logs["loss"]), examples_per_second,
+                 _format_seconds(eta))
+    return logs
+
+  def current_learning_rate(self):
+    lr = self.optimizer.learning_rate
+    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+      lr = self.optimizer.inner_optimizer.learning_rate
+    if callable(lr):
+      return lr(self.global_step)
+    return tf.convert_to_tensor(lr)
+
+  # -- evaluation ----------------------------------------------------------
+  def _eval_dataset(self, split):
+    if split not in self._eval_datasets:
+      self._eval_datasets[split] = self.strategy.distribute_datasets_from_function(
+          lambda ctx: self.task.build_inputs(
+              split, ctx, ctx.get_per_replica_batch_size(self.eval_batch_size)))
+    return self._eval_datasets[split]
+
+  def _eval_replica_step(self, features, labels):
+    outputs = self.model(features, training=False)
+    return self.task.eval_outputs(features, labels, outputs)
+
+  def gather(self, split, num_steps=-1):
+    """Runs the model over `split`; returns per-example numpy arrays."""
+    if self._eval_step_fn is None:
+      self._eval_step_fn = tf.function(
+          lambda f, l: self.strategy.run(self._eval_replica_step, args=(f, l)))
+    gathered = {}
+    for i, (features, labels) in enumerate(self._eval_dataset(split)):
+      if 0 <= num_steps <= i:
+        break
+      outputs = self._eval_step_fn(features, labels)
+      for key, value in outputs.items():
+        for local in self.strategy.experimental_local_results(value):
+          gathered.setdefault(key, []).append(local.numpy())
+    return {k: np.concatenate(v) for k, v in gathered.items()}
+
+  def evaluate(self, num_steps):
+    """All eval splits; metrics of extra splits are prefixed by their name."""
+    results = {}
+    for split in self.task.eval_splits():
+      split_metrics = self.task.finalize_eval(self.gather(split, int(num_steps)))
+      prefix = "" if split == "eval" else split.replace("eval_", "") + "/"
+      results.update({prefix + k: v for k, v in split_metrics.items()})
+    return results

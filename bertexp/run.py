@@ -76,8 +76,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
                checkpoint_interval_steps=None, max_checkpoints=5, seed=None,
                deterministic=False, clip_norm=1.0,
-               predict_checkpoint_path=None, predict_splits=("test",),
-               eval_steps=-1):
+               predict_checkpoint_path=None, eval_steps=-1):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -116,7 +115,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
       print("Eval results: " + str(results), flush=True)
       return results
     written = {}
-    for split in predict_splits:
+    if not task.predict_splits():
+      raise ValueError("--mode=predict needs TEST_DATA_PATH (or "
+                       "EXTRA_TEST_DATA_PATHS) bound")
+    for split in task.predict_splits():
       gathered = evaluator.gather(split)
       written[split] = task.write_predictions(gathered, model_dir, split)
     return written

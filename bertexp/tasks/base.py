@@ -45,6 +45,13 @@ class Task(abc.ABC):
     """{split name: number of examples} to evaluate on."""
     return {}
 
+  def predict_splits(self):
+    """Splits that --mode=predict writes predictions for."""
+    return []
+
+  def write_predictions(self, gathered, output_dir, split):
+    raise NotImplementedError(f"{type(self).__name__} cannot predict")
+
   def num_train_examples(self) -> int:
     return 0
 

@@ -34,7 +34,8 @@ class ClassificationTask(base.Task):
   def __init__(self, *, bert_config_file=gin.REQUIRED,
                meta_data_path=gin.REQUIRED, train_data_path=None,
                eval_data_path=None, extra_eval_data_paths=None,
-               test_data_path=None, dropout_rate=None, metric_names=None,
+               test_data_path=None, extra_test_data_paths=None,
+               dropout_rate=None, metric_names=None,
                seed=None):
     self.bert_config_file = bert_config_file
     self.meta = fileio.read_json(meta_data_path)
@@ -47,7 +48,8 @@ class ClassificationTask(base.Task):
     if eval_data_path:
       self.eval_paths["eval"] = eval_data_path
     self.eval_paths.update(extra_eval_data_paths or {})
-    self.test_data_path = test_data_path
+    self.test_paths = {"test": test_data_path} if test_data_path else {}
+    self.test_paths.update(extra_test_data_paths or {})
     self.dropout_rate = dropout_rate
     self.seed = seed
     self.num_labels = self.meta["num_labels"]
@@ -80,9 +82,7 @@ class ClassificationTask(base.Task):
       return self.train_data_path
     if split in self.eval_paths:
       return self.eval_paths[split]
-    if split == "test":
-      return self.test_data_path
-    return None
+    return self.test_paths.get(split)
 
   def split_size(self, split):
     sizes = self.meta.get("split_sizes", {})
@@ -95,6 +95,9 @@ class ClassificationTask(base.Task):
     if not path:
       raise ValueError(f"no data path bound for split {split!r} (bind "
                        "TRAIN_DATA_PATH / EVAL_DATA_PATH / TEST_DATA_PATH)")
+    if split != "train" and self.split_size(split) is None:
+      raise ValueError(f"{self.meta_data_path}: no size for split {split!r} "
+                       "(split_sizes or {split}_data_size)")
     return pipeline.make_dataset(
         path, seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
@@ -143,6 +146,9 @@ class ClassificationTask(base.Task):
       result.update(metrics.classification_metrics(self.metric_names, labels,
                                                    outputs))
     return result
+
+  def predict_splits(self):
+    return list(self.test_paths)
 
   def selection_metric(self):
     return self.metric_names[0]

@@ -1,0 +1,77 @@
+"""Shared fixtures: a tiny vocab, a tiny encoder config, a tiny GLUE folder."""
+import json
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gin  # noqa: E402
+import pytest  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MINILM_HF = os.path.join(REPO, ".cache", "minilm_hf")
+
+# 11 word pieces + reserved tokens: enough for the fixture sentences.
+TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie",
+              "was", "good", "bad", "not", "a", "film", "##s", "great", "!",
+              ".", ",", "is", "it", "dull", "fun", "plot", "and", "very"]
+
+TINY_CONFIG = {"vocab_size": len(TINY_VOCAB), "hidden_size": 16,
+               "num_hidden_layers": 2, "num_attention_heads": 2,
+               "intermediate_size": 32, "hidden_act": "gelu",
+               "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+               "max_position_embeddings": 64, "type_vocab_size": 2,
+               "initializer_range": 0.02}
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+@pytest.fixture
+def tiny_vocab(tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_text("\n".join(TINY_VOCAB) + "\n")
+  return str(path)
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(TINY_CONFIG))
+  return str(path)
+
+
+POSITIVE = ["the movie was good", "a great film !", "it is fun", "very good",
+            "the plot is great", "fun and good", "a good movie", "great !"]
+NEGATIVE = ["the movie was bad", "a dull film .", "it is not fun",
+            "very bad", "the plot is dull", "not good", "a bad movie", "dull ."]
+
+
+def write_sst2_folder(folder, repeat=4):
+  """A GLUE SST-2-format folder (header, sentence \\t label) of tiny data."""
+  os.makedirs(folder, exist_ok=True)
+  rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+  with open(os.path.join(folder, "train.tsv"), "w") as f:
+    f.write("sentence\tlabel\n")
+    for _ in range(repeat):
+      for s, label in rows:
+        f.write(f"{s}\t{label}\n")
+  with open(os.path.join(folder, "dev.tsv"), "w") as f:
+    f.write("sentence\tlabel\n")
+    for s, label in rows:
+      f.write(f"{s}\t{label}\n")
+  with open(os.path.join(folder, "test.tsv"), "w") as f:
+    f.write("index\tsentence\n")
+    for i, (s, _) in enumerate(rows):
+      f.write(f"{i}\t{s}\n")
+  return folder
+
+
+def requires_minilm():
+  if not os.path.exists(os.path.join(MINILM_HF, "model.safetensors")):
+    pytest.fail(f"{MINILM_HF} is missing: `make test` fetches it "
+                "(python tools/demo_data.py fetch)")

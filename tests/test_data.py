@@ -1,0 +1,226 @@
+"""TFRecord writing, GLUE layouts, generic tables, bad input, the pipeline."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertexp import cli
+from bertexp.data import pipeline
+from bertexp.data import prepare
+from bertexp.data import records
+from conftest import write_sst2_folder
+
+
+def test_fast_serialisation_parses_like_tf_example():
+  rng = np.random.RandomState(0)
+  ids = rng.randint(0, 40000, size=[5, 9])
+  ids[0, 0] = 2 ** 40      # a 6-byte varint
+  labels = np.array([0, 1, -1, 5, 127])        # -1 is a 10-byte varint
+  scores = rng.randn(5).astype(np.float32)
+  serialised = records.serialize_examples(
+      {"ids": ids, "label": labels, "score": scores})
+  parsed = tf.io.parse_example(tf.constant(serialised), {
+      "ids": tf.io.FixedLenFeature([9], tf.int64),
+      "label": tf.io.FixedLenFeature([], tf.int64),
+      "score": tf.io.FixedLenFeature([], tf.float32)})
+  np.testing.assert_array_equal(parsed["ids"].numpy(), ids)
+  np.testing.assert_array_equal(parsed["label"].numpy(), labels)
+  np.testing.assert_array_equal(parsed["score"].numpy(), scores)
+  # Same message as the official proto builder (field order aside).
+  reference = tf.train.Example()
+  reference.ParseFromString(serialised[2])
+  assert list(reference.features.feature["label"].int64_list.value) == [-1]
+
+
+def _prepare_sst2(tmp_path, tiny_vocab, **kwargs):
+  folder = write_sst2_folder(str(tmp_path / "SST-2"))
+  out = str(tmp_path / "data")
+  meta = prepare.prepare_glue("SST-2", input_dir=folder, vocab_file=tiny_vocab,
+                              output_dir=out, max_seq_length=16, **kwargs)
+  return folder, out, meta
+
+
+def test_prepare_glue_sst2_files_and_meta(tmp_path, tiny_vocab):
+  _, out, meta = _prepare_sst2(tmp_path, tiny_vocab)
+  assert sorted(os.listdir(out)) == ["sst2_eval.tf_record", "sst2_meta_data",
+                                     "sst2_test.tf_record", "sst2_train.tf_record"]
+  on_disk = json.load(open(os.path.join(out, "sst2_meta_data")))
+  assert on_disk == meta
+  assert meta["train_data_size"] == 64 and meta["eval_data_size"] == 16
+  assert meta["num_labels"] == 2 and meta["label_type"] == "int"
+  assert meta["label_names"] == ["0", "1"] and meta["max_seq_length"] == 16
+  assert meta["do_lower_case"] is True and len(meta["vocab_sha256"]) == 64
+  ds = pipeline.make_dataset(os.path.join(out, "sst2_eval.tf_record"),
+                             seq_length=16, label_type="int", batch_size=5,
+                             is_training=False, num_examples=16)
+  batches = list(ds)
+  assert len(batches) == 4                     # 16 real + 4 padding rows
+  weights = np.concatenate([f["example_weight"].numpy() for f, _ in batches])
+  assert weights.sum() == 16 and weights[16:].sum() == 0
+  first, labels = batches[0]
+  assert first["input_word_ids"].dtype == tf.int32
+  assert first["input_word_ids"][0, 0] == 2    # [CLS]
+  assert labels.numpy()[:2].tolist() == [1, 1]
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(text)
+
+
+# One tiny file per GLUE layout: (task, {file: text}, expected train labels).
+GLUE_LAYOUTS = {
+    "CoLA": ({"train.tsv": "gj04\t1\t\tthe movie was good\ngj04\t0\t*\tgood the was\n",
+              "dev.tsv": "gj04\t1\t\tit is fun\n",
+              "test.tsv": "index\tsentence\n0\tfun it is\n"}, [1, 0]),
+    "MRPC": ({"train.tsv": "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                           "1\t1\t2\tthe movie\ta film\n0\t3\t4\tgood\tbad\n",
+              "dev.tsv": "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t5\t6\tfun\tfun\n",
+              "test.tsv": "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t1\t2\ta\tb\n"},
+             [1, 0]),
+    "QQP": ({"train.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                          "0\t1\t2\tis it good\tis it fun\t1\n",
+             "dev.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                        "1\t3\t4\ta\tb\t0\n",
+             "test.tsv": "id\tquestion1\tquestion2\n0\ta\tb\n"}, [1]),
+    "STS-B": ({"train.tsv": "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2"
+                            "\tsentence1\tsentence2\tscore\n"
+                            "0\tg\tf\t2012\t1\ts\ts\ta movie\ta film\t4.250\n",
+               "dev.tsv": "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2"
+                          "\tsentence1\tsentence2\tscore\n"
+                          "0\tg\tf\t2012\t1\ts\ts\tgood\tbad\t0.5\n"}, [4.25]),
+    "MNLI": ({"train.tsv": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse"
+                           "\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse"
+                           "\tsentence1\tsentence2\tlabel1\tgold_label\n"
+                           "0\t1\t1\tg\tp\tp\tp\tp\tit is good\tit is fun\tneutral\tneutral\n",
+              "dev_matched.tsv": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse"
+                                 "\tsentence2_binary_parse\tsentence1_parse\tsentence2_parse"
+                                 "\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\tlabel4"
+                                 "\tlabel5\tgold_label\n0\t1\t1\tg\tp\tp\tp\tp\ta\tb"
+                                 "\te\te\te\te\te\tentailment\n",
+              "dev_mismatched.tsv": "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse"
+                                    "\tsentence2_binary_parse\tsentence1_parse"
+                                    "\tsentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2"
+                                    "\tlabel3\tlabel4\tlabel5\tgold_label\n0\t1\t1\tg\tp\tp"
+                                    "\tp\tp\ta\tb\tc\tc\tc\tc\tc\tcontradiction\n",
+              "diagnostic.tsv": "index\tsentence1\tsentence2\n0\ta\tb\n"}, [2]),
+    "QNLI": ({"train.tsv": "index\tquestion\tsentence\tlabel\n0\tis it\tit is\tnot_entailment\n",
+              "dev.tsv": "index\tquestion\tsentence\tlabel\n0\ta\tb\tentailment\n"}, [1]),
+    "RTE": ({"train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n",
+             "dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tnot_entailment\n"}, [0]),
+    "WNLI": ({"train.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\t1\n",
+              "dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\ta\tb\t0\n"}, [1]),
+}
+
+
+@pytest.mark.parametrize("task", sorted(GLUE_LAYOUTS))
+def test_every_glue_layout(tmp_path, tiny_vocab, task):
+  files, expected = GLUE_LAYOUTS[task]
+  folder = str(tmp_path / task)
+  for name, text in files.items():
+    _write(os.path.join(folder, name), text)
+  out = str(tmp_path / "out")
+  meta = prepare.prepare_glue(task, input_dir=folder, vocab_file=tiny_vocab,
+                              output_dir=out, max_seq_length=12)
+  name = meta["task"]
+  parsed = next(iter(pipeline.make_dataset(
+      os.path.join(out, f"{name}_train.tf_record"), seq_length=12,
+      label_type=meta["label_type"], batch_size=len(expected),
+      is_training=False, num_examples=len(expected))))
+  np.testing.assert_allclose(parsed[1].numpy(), expected)
+  if task == "MNLI":
+    assert meta["split_sizes"] == {"train": 1, "eval": 1, "eval_mismatched": 1,
+                                   "ax": 1}
+  pair = task != "CoLA"
+  assert bool(parsed[0]["input_type_ids"].numpy().sum()) == pair
+
+
+def _bad_case(tmp_path, tiny_vocab, train_text, **kwargs):
+  train = tmp_path / "train.tsv"
+  train.write_text(train_text)
+  dev = tmp_path / "dev.tsv"
+  dev.write_text("text\tlabel\nthe movie\tpos\n")
+  out = tmp_path / "out"
+  args = ["prepare", "classification", f"--train_file={train}",
+          f"--eval_file={dev}", "--text_columns=text", "--label_column=label",
+          f"--vocab_file={tiny_vocab}", f"--output_dir={out}",
+          "--task_name=t"] + kwargs.get("extra", ["--labels=neg,pos"])
+  return cli.main(args), out
+
+
+@pytest.mark.parametrize("text,extra,message", [
+    ("text\tlabel\nthe movie\tpos\ngood\tneg\textra\n", None,
+     "train.tsv:3: expected 2 columns, found 3"),
+    ("text\tlabel\nthe movie\tpos\ngood\tmeh\n", None,
+     "train.tsv:3: unknown label 'meh'"),
+    ("", None, "train.tsv: empty file"),
+    ("text\tlabel\n", None, "train.tsv: no data rows"),
+    ("text\tlabel\nthe movie\tfour\n", ["--regression"],
+     "train.tsv:2: regression label 'four' is not a number"),
+    ("sentence\tlabel\nthe movie\tpos\n", None,
+     "train.tsv:1: header has no column ['text']"),
+])
+def test_bad_input_names_file_and_line(tmp_path, tiny_vocab, capsys, text,
+                                       extra, message):
+  code, out = _bad_case(tmp_path, tiny_vocab, text,
+                        **({"extra": extra} if extra else {}))
+  assert code == 2
+  assert message in capsys.readouterr().err
+  assert not out.exists() or os.listdir(out) == []
+
+
+def test_max_seq_length_above_model_positions(tmp_path, tiny_vocab, tiny_config,
+                                              capsys):
+  code, out = _bad_case(tmp_path, tiny_vocab, "text\tlabel\na\tpos\n",
+                        extra=["--labels=neg,pos", "--max_seq_length=128",
+                               f"--bert_config_file={tiny_config}"])
+  assert code == 2
+  assert "max_seq_length 128 is above the model's max_position_embeddings 64" in (
+      capsys.readouterr().err)
+
+
+def test_failure_midway_leaves_no_partial_files(tmp_path, tiny_vocab):
+  folder = write_sst2_folder(str(tmp_path / "SST-2"))
+  with open(os.path.join(folder, "test.tsv"), "a") as f:
+    f.write("99\tan extra column\there\n")     # test split fails last
+  out = tmp_path / "data"
+  with pytest.raises(ValueError, match="test.tsv:18: expected 2 columns"):
+    prepare.prepare_glue("SST-2", input_dir=folder, vocab_file=tiny_vocab,
+                         output_dir=str(out), max_seq_length=16)
+  assert not out.exists() or os.listdir(out) == []
+
+
+def test_csv_and_jsonl_and_derived_labels(tmp_path, tiny_vocab):
+  csv_path = tmp_path / "train.csv"
+  csv_path.write_text('a,b,y\n"the movie, good",it is fun,yes\nbad,dull,no\n')
+  jsonl = tmp_path / "dev.jsonl"
+  jsonl.write_text('{"a": "good", "b": "fun", "y": "yes"}\n\n'
+                   '{"a": "bad", "b": "dull", "y": "no"}\n')
+  meta = prepare.prepare_classification(
+      task_name="mine", train_file=str(csv_path), eval_file=str(jsonl),
+      text_columns=["a", "b"], label_column="y", vocab_file=tiny_vocab,
+      output_dir=str(tmp_path / "out"), max_seq_length=16)
+  assert meta["label_names"] == ["no", "yes"]
+  assert meta["split_sizes"] == {"train": 2, "eval": 2}
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"a": "good", "b": "fun", "y": "yes"}\n{"a": "x"}\n')
+  with pytest.raises(ValueError, match=r"bad.jsonl:2: missing field\(s\) \['b', 'y'\]"):
+    prepare.prepare_classification(
+        task_name="mine", train_file=str(bad), eval_file=str(jsonl),
+        text_columns=["a", "b"], label_column="y", vocab_file=tiny_vocab,
+        output_dir=str(tmp_path / "out2"), max_seq_length=16)
+
+
+def test_training_pipeline_shards_and_repeats(tmp_path, tiny_vocab):
+  _, out, _ = _prepare_sst2(tmp_path, tiny_vocab)
+  path = os.path.join(out, "sst2_train.tf_record")
+  ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                   num_replicas_in_sync=2)
+  ds = pipeline.make_dataset(path, seq_length=16, label_type="int",
+                             batch_size=8, is_training=True, input_context=ctx,
+                             seed=1)
+  batches = list(ds.take(10))       # 32 examples per shard; repeats forever
+  assert all(b[0]["input_word_ids"].shape == (8, 16) for b in batches)

@@ -1,0 +1,76 @@
+"""Every shipped .gin parses; typos and missing macros fail at parse time."""
+import glob
+import os
+
+import gin
+import pytest
+
+from bertexp import cli
+from conftest import REPO
+
+SHIPPED = sorted(glob.glob(os.path.join(REPO, "experiments", "**", "*.gin"),
+                           recursive=True))
+
+
+def test_there_are_shipped_experiments():
+  names = {os.path.relpath(p, os.path.join(REPO, "experiments")) for p in SHIPPED}
+  for required in ("glue/mnli_tpu.gin", "glue/mrpc_gpu.gin", "glue/mrpc_tpu.gin",
+                   "demo/movie_sentiment_cpu.gin",
+                   "demo/movie_score_regression_cpu.gin"):
+    assert required in names
+  for task in ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"):
+    assert f"glue/{task}_base.gin" in names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: os.path.relpath(p, REPO))
+def test_shipped_gin_parses(path):
+  params = ['MODEL_DIR="/tmp/x"']
+  if "tpu" in os.path.basename(path):
+    params.append('TPU_ADDRESS="local"')
+  cli.parse_gin([path], params)
+  assert gin.query_parameter("%MODEL_DIR") == "/tmp/x"
+  assert gin.query_parameter("bertexp.experiment.task") is not None
+
+
+def test_paper_settings_of_seed_experiments():
+  cli.parse_gin([os.path.join(REPO, "experiments/glue/mnli_tpu.gin")],
+                ['MODEL_DIR="m"', 'TPU_ADDRESS="local"'])
+  assert gin.query_parameter("%TRAIN_BATCH_SIZE") == 32
+  assert gin.query_parameter("%LEARNING_RATE") == 2e-5
+  assert gin.query_parameter("%STEPS_PER_LOOP") == 1000
+  assert gin.query_parameter("bertexp.configure_numerics.precision") == "mixed_bfloat16"
+  assert gin.query_parameter("bertexp.make_strategy.kind") == "tpu"
+  gin.clear_config()
+  cli.parse_gin([os.path.join(REPO, "experiments/glue/mrpc_gpu.gin")],
+                ['MODEL_DIR="m"', "LEARNING_RATE=3e-5"])
+  assert gin.query_parameter("%TRAIN_BATCH_SIZE") == 4
+  assert gin.query_parameter("%STEPS_PER_LOOP") == 1
+  assert gin.query_parameter("%LEARNING_RATE") == 3e-5    # override wins
+  assert gin.query_parameter("bertexp.make_strategy.kind") == "mirrored"
+
+
+def test_typo_fails_at_parse_time():
+  with pytest.raises(ValueError, match="LEARNIG_RATE"):
+    cli.parse_gin([os.path.join(REPO, "experiments/glue/mrpc_gpu.gin")],
+                  ['MODEL_DIR="m"', "LEARNIG_RATE=3e-5"])
+  with pytest.raises(ValueError, match="train_batch_sise"):
+    cli.parse_gin([os.path.join(REPO, "experiments/glue/mrpc_gpu.gin")],
+                  ['MODEL_DIR="m"', "bertexp.experiment.train_batch_sise=3"])
+
+
+def test_missing_model_dir_fails_at_parse_time():
+  with pytest.raises(ValueError, match=r"MODEL_DIR.*%gin.REQUIRED"):
+    cli.parse_gin([os.path.join(REPO, "experiments/glue/mrpc_gpu.gin")], [])
+
+
+def test_tpu_needs_an_address_at_parse_time():
+  with pytest.raises(ValueError, match=r"TPU_ADDRESS.*%gin.REQUIRED"):
+    cli.parse_gin([os.path.join(REPO, "experiments/glue/mrpc_tpu.gin")],
+                  ['MODEL_DIR="m"'])
+
+
+def test_cli_reports_parse_errors(capsys):
+  code = cli.main(["train", "--gin_file=experiments/glue/mrpc_gpu.gin",
+                   "--gin_param=NOPE=1", '--gin_param=MODEL_DIR="m"'])
+  assert code == 2
+  assert "NOPE" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""Encoder: config fields, shapes, activations, numpy parity, loading."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertexp
+from bertexp import checkpoints
+from bertexp import modeling
+from conftest import TINY_CONFIG
+
+
+def _hf_tensors_from(encoder):
+  """The encoder's weights under HF names (inverse of the converter map)."""
+  tensors = {}
+  for variable, name, transform in checkpoints.hf_assignments(encoder, {}):
+    value = variable.numpy()
+    tensors[name] = np.transpose(value) if transform is not None else value
+  return tensors
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu", "tanh", "swish"])
+def test_forward_matches_numpy_reference(act):
+  config = modeling.BertConfig.from_dict(dict(TINY_CONFIG, hidden_act=act))
+  tf.random.set_seed(1)
+  encoder = modeling.BertEncoder(config).build_variables()
+  diffs = checkpoints.parity(encoder, lambda *x: checkpoints.numpy_forward(
+      _hf_tensors_from(encoder), config, *x))
+  assert max(diffs.values()) < 1e-5, diffs
+
+
+def test_exact_and_tanh_gelu_differ():
+  x = tf.constant([1.5])
+  exact = modeling.get_activation("gelu")(x)
+  approx = modeling.get_activation("gelu_tanh")(x)
+  assert abs(float(exact - approx)) > 1e-5
+  assert float(exact[0]) == pytest.approx(1.5 * 0.5 * (1 + 0.8663855975), 1e-6)
+
+
+def test_output_shapes_and_dtypes(tiny_config):
+  encoder = bertexp.load_encoder(tiny_config)
+  inputs = encoder.dummy_inputs(batch_size=3, seq_length=7)
+  out = encoder(inputs)
+  assert out["sequence_output"].shape == (3, 7, 16)
+  assert out["pooled_output"].shape == (3, 16)
+  assert out["sequence_output"].dtype == tf.float32
+
+
+def test_padding_does_not_change_real_positions(tiny_config):
+  encoder = bertexp.load_encoder(tiny_config)
+  ids = tf.constant([[2, 5, 6, 7, 8, 3]])
+  short = encoder({"input_word_ids": ids, "input_mask": tf.ones_like(ids),
+                   "input_type_ids": tf.zeros_like(ids)})
+  padded_ids = tf.concat([ids, tf.zeros([1, 4], tf.int32)], 1)
+  mask = tf.constant([[1] * 6 + [0] * 4])
+  long = encoder({"input_word_ids": padded_ids, "input_mask": mask,
+                  "input_type_ids": tf.zeros_like(padded_ids)})
+  np.testing.assert_allclose(short["sequence_output"].numpy(),
+                             long["sequence_output"].numpy()[:, :6], atol=1e-5)
+  np.testing.assert_allclose(short["pooled_output"].numpy(),
+                             long["pooled_output"].numpy(), atol=1e-5)
+
+
+def test_every_config_field_is_read(tmp_path):
+  values = dict(TINY_CONFIG, intermediate_size=24, type_vocab_size=3,
+                max_position_embeddings=40, num_hidden_layers=3,
+                initializer_range=0.5)
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(values))
+  encoder = bertexp.load_encoder(str(path))
+  assert len(encoder.blocks) == 3
+  assert encoder.embeddings.type_embeddings.shape == (3, 16)
+  assert encoder.embeddings.position_embeddings.shape == (40, 16)
+  assert encoder.blocks[0].intermediate.kernel.shape == (16, 24)
+  assert np.std(encoder.embeddings.word_embeddings.numpy()) > 0.2
+  for name in ("hidden_dropout_prob", "attention_probs_dropout_prob",
+               "hidden_act", "vocab_size", "num_attention_heads"):
+    assert getattr(encoder.config, name) == values[name]
+
+
+def test_fresh_weights_differ_between_layers(tiny_config):
+  encoder = bertexp.load_encoder(tiny_config)
+  q, k = encoder.blocks[0].query.kernel.numpy(), encoder.blocks[0].key.kernel.numpy()
+  assert not np.allclose(q, k)
+
+
+def test_config_errors(tmp_path):
+  with pytest.raises(ValueError, match="not a multiple"):
+    modeling.BertConfig.from_dict(dict(TINY_CONFIG, num_attention_heads=3))
+  with pytest.raises(ValueError, match="hidden_act 'gelux'"):
+    modeling.BertConfig.from_dict(dict(TINY_CONFIG, hidden_act="gelux"))
+  with pytest.raises(ValueError, match="missing required field 'vocab_size'"):
+    modeling.BertConfig.from_dict({"hidden_size": 16})
+  bad = tmp_path / "bert_config.json"
+  bad.write_text("{not json")
+  with pytest.raises(ValueError, match="bert_config.json: not valid JSON"):
+    modeling.BertConfig.from_json_file(str(bad))
+
+
+def test_load_encoder_round_trip(tmp_path, tiny_config, tiny_vocab):
+  encoder = bertexp.load_encoder(tiny_config)
+  checkpoints.write_checkpoint_folder(encoder, tiny_vocab, str(tmp_path / "ck"))
+  loaded = bertexp.load_encoder(str(tmp_path / "ck" / "bert_config.json"),
+                                str(tmp_path / "ck"))
+  inputs = encoder.dummy_inputs(2, 5)
+  np.testing.assert_array_equal(encoder(inputs)["pooled_output"].numpy(),
+                                loaded(inputs)["pooled_output"].numpy())
+  with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    bertexp.load_encoder(tiny_config, str(tmp_path / "nothing" / "here"))

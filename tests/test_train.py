@@ -1,0 +1,163 @@
+"""End to end on a tiny encoder: train + eval, resume, eval, predict, export,
+a shipped GLUE experiment with only bindings changed, and a ram:// run."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bertexp
+from bertexp import checkpoints
+from bertexp import cli
+from bertexp.data import prepare
+from conftest import REPO, write_sst2_folder
+
+
+def _setup(root, tiny_vocab, tiny_config):
+  """SST-2-format data + an initial encoder checkpoint under `root`."""
+  gfile = tf.io.gfile
+  local = write_sst2_folder(os.path.join("/tmp", "bertexp_sst2_src"))
+  glue_dir = f"{root}/SST-2"
+  gfile.makedirs(glue_dir)
+  for name in os.listdir(local):
+    gfile.copy(os.path.join(local, name), f"{glue_dir}/{name}", overwrite=True)
+  gfile.copy(tiny_vocab, f"{root}/vocab.txt", overwrite=True)
+  gfile.copy(tiny_config, f"{root}/bert_config.json", overwrite=True)
+  tf.random.set_seed(0)
+  encoder = bertexp.load_encoder(f"{root}/bert_config.json")
+  checkpoints.write_checkpoint_folder(encoder, f"{root}/vocab.txt",
+                                      f"{root}/init")
+  prepare.prepare_glue("SST-2", input_dir=glue_dir,
+                       vocab_file=f"{root}/vocab.txt",
+                       output_dir=f"{root}/data", max_seq_length=16)
+  return {
+      "BERT_CONFIG_FILE": f"{root}/bert_config.json",
+      "INIT_CHECKPOINT": f"{root}/init/bert_model.ckpt",
+      "TRAIN_DATA_PATH": f"{root}/data/sst2_train.tf_record",
+      "EVAL_DATA_PATH": f"{root}/data/sst2_eval.tf_record",
+      "TEST_DATA_PATH": f"{root}/data/sst2_test.tf_record",
+      "INPUT_META_DATA_PATH": f"{root}/data/sst2_meta_data",
+      "MODEL_DIR": f"{root}/model",
+  }
+
+
+def _params(paths, **more):
+  values = dict({k: f'"{v}"' for k, v in paths.items()}, TRAIN_BATCH_SIZE=8,
+                EVAL_BATCH_SIZE=5, STEPS_PER_LOOP=1, SEED=1, **more)
+  return [f"--gin_param={k}={v}" for k, v in values.items()]
+
+
+def _train(paths, mode="train_and_eval", gin_file=None, **more):
+  gin_file = gin_file or os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
+  code = cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
+                  _params(paths, **more))
+  assert code == 0
+
+
+def _read_json(path):
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+@pytest.fixture
+def tiny_run(tmp_path, tiny_vocab, tiny_config):
+  return _setup(str(tmp_path), tiny_vocab, tiny_config)
+
+
+def test_train_eval_resume_predict_export(tiny_run, caplog):
+  paths = tiny_run
+  model_dir = paths["MODEL_DIR"]
+  init = tf.train.load_variable(paths["INIT_CHECKPOINT"],
+                                "encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE")
+  with caplog.at_level("INFO"):
+    _train(paths, TRAIN_STEPS=2)
+  assert "initialised the encoder from INIT_CHECKPOINT" in caplog.text
+  summary = _read_json(f"{model_dir}/training_summary.json")
+  assert summary["total_training_steps"] == 2 and summary["steps_this_run"] == 2
+  assert summary["eval_metrics"]["num_examples"] == 16
+  assert 0.0 <= summary["eval_metrics"]["accuracy"] <= 1.0
+  assert summary["selection_metric"] == "accuracy"
+  for key in ("train_loss", "last_train_metrics", "examples_per_second",
+              "wall_time_seconds"):
+    assert key in summary
+  assert os.path.exists(f"{model_dir}/config.gin")
+  assert "bertexp.ClassificationTask" in open(f"{model_dir}/operative_config.gin").read()
+  assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-2")
+  assert os.listdir(f"{model_dir}/summaries/train")
+  assert os.listdir(f"{model_dir}/summaries/eval")
+  # A train step changed the encoder (not only the head).
+  trained = tf.train.load_variable(
+      tf.train.latest_checkpoint(model_dir),
+      "model/encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE")
+  assert not np.allclose(init, trained)
+
+  # Resume: MODEL_DIR's checkpoint wins over INIT_CHECKPOINT.
+  caplog.clear()
+  with caplog.at_level("INFO"):
+    _train(paths, TRAIN_STEPS=4)
+  assert "resuming from" in caplog.text and "ckpt-2" in caplog.text
+  summary = _read_json(f"{model_dir}/training_summary.json")
+  assert summary["resumed_from_step"] == 2 and summary["steps_this_run"] == 2
+  assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-4")
+  step = tf.train.load_variable(tf.train.latest_checkpoint(model_dir),
+                                "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE")
+  assert step == 4
+
+  _train(paths, mode="eval", TRAIN_STEPS=4)
+  evaluated = _read_json(f"{model_dir}/eval_results.json")
+  assert evaluated["accuracy"] == pytest.approx(summary["eval_metrics"]["accuracy"])
+
+  _train(paths, mode="predict")
+  rows = [list(map(float, line.split("\t")))
+          for line in open(f"{model_dir}/test_results.tsv").read().splitlines()]
+  assert len(rows) == 16 and all(abs(sum(r) - 1) < 1e-5 for r in rows)
+  submission = open(f"{model_dir}/submission/SST-2.tsv").read().splitlines()
+  assert submission[0] == "index\tprediction" and len(submission) == 17
+  assert submission[1].split("\t")[0] == "0"
+  assert submission[1].split("\t")[1] in ("0", "1")
+
+  _train(paths, mode="export_only")
+  versions = os.listdir(f"{model_dir}/export")
+  assert len(versions) == 1
+  loaded = tf.saved_model.load(f"{model_dir}/export/{versions[0]}")
+  serve = loaded.signatures["serving_default"]
+  batch = next(iter(tf.data.TFRecordDataset(paths["TEST_DATA_PATH"]).batch(16)))
+  spec = {n: tf.io.FixedLenFeature([16], tf.int64)
+          for n in ("input_word_ids", "input_mask", "input_type_ids")}
+  features = {k: tf.cast(v, tf.int32)
+              for k, v in tf.io.parse_example(batch, spec).items()}
+  probabilities = serve(**features)["probabilities"].numpy()
+  np.testing.assert_allclose(probabilities, np.array(rows), atol=1e-5)
+
+
+def test_predict_without_checkpoint_is_a_clear_error(tiny_run, capsys):
+  code = cli.main(["train", "--gin_file=experiments/demo/movie_sentiment_cpu.gin",
+                   "--mode=predict"] + _params(tiny_run))
+  assert code == 2
+  assert "no checkpoint to evaluate, predict or export" in capsys.readouterr().err
+
+
+def test_shipped_glue_experiment_runs_with_only_bindings_changed(tiny_run):
+  """experiments/glue/sst2_base.gin (mirrored strategy) on the tiny fixture."""
+  _train(tiny_run, gin_file=os.path.join(REPO, "experiments/glue/sst2_base.gin"),
+         NUM_GPUS=0, TRAIN_STEPS=2)
+  summary = _read_json(f"{tiny_run['MODEL_DIR']}/training_summary.json")
+  assert summary["total_training_steps"] == 2
+  assert summary["eval_metrics"]["num_examples"] == 16
+
+
+def test_full_run_on_a_non_local_file_system(tiny_vocab, tiny_config):
+  """Everything under ram://: no code path may assume the local disk."""
+  root = "ram://bertexp_test"
+  paths = _setup(root, tiny_vocab, tiny_config)
+  _train(paths, TRAIN_STEPS=2)
+  _train(paths, mode="predict")
+  _train(paths, mode="export")
+  model_dir = paths["MODEL_DIR"]
+  summary = _read_json(f"{model_dir}/training_summary.json")
+  assert summary["eval_metrics"]["num_examples"] == 16
+  assert tf.io.gfile.exists(f"{model_dir}/test_results.tsv")
+  assert tf.io.gfile.exists(f"{model_dir}/config.gin")
+  assert tf.io.gfile.listdir(f"{model_dir}/export")
+  assert not os.path.exists("ram:")

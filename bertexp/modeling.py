@@ -283,6 +283,8 @@ def load_encoder(bert_config_file, checkpoint=None):
 
 def resolve_checkpoint(path):
   """A checkpoint prefix from a prefix or a folder (its latest checkpoint)."""
+  if tf.io.gfile.exists(path + ".index"):
+    return path
   if tf.io.gfile.isdir(path):
     latest = tf.train.latest_checkpoint(path)
     if latest:
@@ -291,9 +293,7 @@ def resolve_checkpoint(path):
     if tf.io.gfile.exists(candidate + ".index"):
       return candidate
     raise FileNotFoundError(f"{path}: folder holds no checkpoint")
-  if not tf.io.gfile.exists(path + ".index"):
-    raise FileNotFoundError(f"{path}: no checkpoint (missing {path}.index)")
-  return path
+  raise FileNotFoundError(f"{path}: no checkpoint (missing {path}.index)")
 
 
 def restore_encoder(encoder, checkpoint):

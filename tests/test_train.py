@@ -62,7 +62,7 @@ def _read_json(path):
 
 @pytest.fixture
 def tiny_run(tmp_path, tiny_vocab, tiny_config):
-  return _setup(str(tmp_path), tiny_vocab, tiny_config)
+  return _setup(str(tmp_path / "exp"), tiny_vocab, tiny_config)
 
 
 def test_train_eval_resume_predict_export(tiny_run, caplog):
@@ -101,7 +101,7 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
   assert summary["resumed_from_step"] == 2 and summary["steps_this_run"] == 2
   assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-4")
   step = tf.train.load_variable(tf.train.latest_checkpoint(model_dir),
-                                "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE")
+                                "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")
   assert step == 4
 
   _train(paths, mode="eval", TRAIN_STEPS=4)

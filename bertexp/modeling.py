@@ -250,13 +250,15 @@ class ClassifierModel(tf_keras.Model):
   """
 
   def __init__(self, encoder: BertEncoder, num_labels: int,
-               dropout_rate: float = 0.1, **kwargs):
+               dropout_rate: float = 0.1, seed=None, **kwargs):
     super().__init__(**kwargs)
     self.encoder = encoder
     self.num_labels = num_labels
     self.dropout = tf_keras.layers.Dropout(dropout_rate)
+    # Seeded: the same head in every process and every rerun of a seed.
     self.classifier = tf_keras.layers.Dense(
-        num_labels, kernel_initializer=_initializer(encoder.config),
+        num_labels, kernel_initializer=tf_keras.initializers.TruncatedNormal(
+            stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="classifier")
 
   def call(self, inputs, training=None):

@@ -50,6 +50,23 @@ def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
   return Schedule(max(steps_per_epoch, 1), total, warmup)
 
 
+def worker_model_dir(strategy, model_dir):
+  """MODEL_DIR for the chief; a private folder for other multi-worker workers.
+
+  Every worker must take part in checkpoint saving (it is collective), but
+  only the chief's files are the run's.
+  """
+  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return model_dir
+  resolver = strategy.cluster_resolver
+  task_type, task_id = resolver.task_type, resolver.task_id
+  has_chief = "chief" in resolver.cluster_spec().as_dict()
+  if task_type is None or task_type == "chief" or (
+      task_type == "worker" and task_id == 0 and not has_chief):
+    return model_dir
+  return fileio.join(model_dir, "workers", f"{task_type}_{task_id}")
+
+
 def _log_and_write_summary(path, summary):
   fileio.write_json(path, summary)
   logging.info("Training Summary:\n%s", fileio.read_text(path))
@@ -86,11 +103,13 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
     raise ValueError(f"--mode={mode!r} is not one of {MODES}")
+  # The strategy first: multi-worker collectives must be configured before
+  # any other TensorFlow call initialises the runtime.
+  strategy = strategy_lib.make_strategy()
   if seed is not None:
     tf_keras.utils.set_random_seed(seed)
   if deterministic:
     tf.config.experimental.enable_op_determinism()
-  strategy = strategy_lib.make_strategy()
   precision, jit_compile = strategy_lib.configure_numerics()
   fileio.makedirs(model_dir)
   with strategy.scope():
@@ -122,7 +141,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
       gathered = evaluator.gather(split)
       written[split] = task.write_predictions(gathered, model_dir, split)
     return written
-  return _train(mode, model_dir=model_dir, task=task, model=model,
+  return _train(mode, model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
                 strategy=strategy, init_checkpoint=init_checkpoint,
                 precision=precision, trainer_kwargs=trainer_kwargs,
                 schedule=derive_schedule(

@@ -59,7 +59,7 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0,
     cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
     logging.info("multi-worker cluster: %s", cluster)
   communication = (tf.distribute.experimental.CommunicationImplementation.NCCL
-                   if all_reduce == "nccl" and tf.config.list_logical_devices(
+                   if all_reduce == "nccl" and tf.config.list_physical_devices(
                        "GPU") else
                    tf.distribute.experimental.CommunicationImplementation.AUTO)
   return tf.distribute.MultiWorkerMirroredStrategy(

@@ -51,6 +51,7 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   batch_size is per replica when `input_context` is given (that is how
   `distribute_datasets_from_function` calls us), global otherwise.
   num_examples is required for evaluation (to size the padding).
+  shuffle_buffer 0 keeps the file order (e.g. to compare strategies).
   """
   label_dtype = tf.float32 if label_type == "float" else tf.int64
   spec = _record_spec(seq_length, label_dtype)
@@ -64,8 +65,10 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   if num_pipelines > 1:
     dataset = dataset.shard(num_pipelines, pipeline_id)
   if is_training:
-    dataset = dataset.shuffle(shuffle_buffer, seed=seed,
-                              reshuffle_each_iteration=True).repeat()
+    if shuffle_buffer:
+      dataset = dataset.shuffle(shuffle_buffer, seed=seed,
+                                reshuffle_each_iteration=True)
+    dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=True)
     dataset = dataset.map(_decode(spec), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)

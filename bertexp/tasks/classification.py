@@ -36,7 +36,7 @@ class ClassificationTask(base.Task):
                eval_data_path=None, extra_eval_data_paths=None,
                test_data_path=None, extra_test_data_paths=None,
                dropout_rate=None, metric_names=None,
-               seed=None):
+               seed=None, shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
     self.meta = fileio.read_json(meta_data_path)
     self.meta_data_path = meta_data_path
@@ -52,6 +52,7 @@ class ClassificationTask(base.Task):
     self.test_paths.update(extra_test_data_paths or {})
     self.dropout_rate = dropout_rate
     self.seed = seed
+    self.shuffle_buffer_size = shuffle_buffer_size
     self.num_labels = self.meta["num_labels"]
     self.is_regression = self.num_labels == 1
     default = (("pearson", "spearman") if self.is_regression else
@@ -74,6 +75,7 @@ class ClassificationTask(base.Task):
                else self.dropout_rate)
     encoder = modeling.BertEncoder(config, name="encoder")
     return modeling.ClassifierModel(encoder, self.num_labels, dropout,
+                                    seed=self.seed,
                                     name="classifier_model").build_variables()
 
   # -- data ----------------------------------------------------------------
@@ -102,8 +104,8 @@ class ClassificationTask(base.Task):
         path, seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        seed=self.seed, num_examples=(None if split == "train"
-                                      else self.split_size(split)))
+        seed=self.seed, shuffle_buffer=self.shuffle_buffer_size,
+        num_examples=None if split == "train" else self.split_size(split))
 
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))

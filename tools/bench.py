@@ -1,0 +1,153 @@
+"""`make bench`: bertexp against Model Garden, side by side in one run.
+
+1. Train step (forward + backward + AdamW) of bertexp's encoder and of
+   Model Garden's `official.nlp.modeling.networks.BertEncoder` at the same
+   shapes, fp32 and mixed_bfloat16, as examples/sec and the ratio
+   bertexp / Model Garden (> 1 = bertexp faster). Both run the same
+   classifier head, loss, optimizer and tf.function(jit_compile=False).
+2. `bertexp prepare` throughput on MNLI-size input (sentence pairs drawn
+   from the real movie-review sentences), including TFRecord writing.
+
+The machine is shared and noisy: the two sides alternate, and we report the
+median of several timed windows per side.
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from bertexp import modeling  # noqa: E402
+
+SHAPES = {
+    # name: (layers, hidden, heads, intermediate, seq, batch)
+    "base": (12, 768, 12, 3072, 128, 8),
+    "tiny": (2, 128, 2, 512, 128, 32),
+}
+
+
+def _bertexp_encoder(layers, hidden, heads, inner, vocab=30522):
+  config = modeling.BertConfig(vocab_size=vocab, hidden_size=hidden,
+                               num_hidden_layers=layers,
+                               num_attention_heads=heads,
+                               intermediate_size=inner)
+  return modeling.BertEncoder(config)
+
+
+def _model_garden_encoder(layers, hidden, heads, inner, vocab=30522):
+  from official.nlp.modeling import networks
+  return networks.BertEncoder(
+      vocab_size=vocab, hidden_size=hidden, num_layers=layers,
+      num_attention_heads=heads, inner_dim=inner, max_sequence_length=512,
+      type_vocab_size=2, inner_activation=lambda x: tf.nn.gelu(x),
+      output_dropout=0.1, attention_dropout=0.1, dict_outputs=True)
+
+
+def _make_step(encoder, seq, batch):
+  head = tf_keras.layers.Dense(2, dtype="float32")
+  optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-5)
+  rng = np.random.RandomState(0)
+  inputs = {
+      "input_word_ids": tf.constant(rng.randint(1000, 30000, [batch, seq]), tf.int32),
+      "input_mask": tf.ones([batch, seq], tf.int32),
+      "input_type_ids": tf.zeros([batch, seq], tf.int32)}
+  labels = tf.constant(rng.randint(0, 2, [batch]))
+
+  @tf.function
+  def step():
+    with tf.GradientTape() as tape:
+      pooled = encoder(inputs, training=True)["pooled_output"]
+      logits = head(tf.cast(pooled, tf.float32))
+      loss = tf.reduce_mean(tf_keras.losses.sparse_categorical_crossentropy(
+          labels, logits, from_logits=True))
+    variables = encoder.trainable_variables + head.trainable_variables
+    grads = tape.gradient(loss, variables)
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss
+  return step
+
+
+def bench_train(shape, precision, windows, steps_per_window):
+  layers, hidden, heads, inner, seq, batch = SHAPES[shape]
+  tf_keras.mixed_precision.set_global_policy(precision)
+  sides = {}
+  for name, build in (("bertexp", _bertexp_encoder),
+                      ("model_garden", _model_garden_encoder)):
+    step = _make_step(build(layers, hidden, heads, inner), seq, batch)
+    step()                                    # compile
+    step()
+    sides[name] = (step, [])
+  for _ in range(windows):                    # alternate: same noise for both
+    for name, (step, rates) in sides.items():
+      start = time.perf_counter()
+      for _ in range(steps_per_window):
+        loss = step()
+      float(loss)
+      rates.append(steps_per_window * batch / (time.perf_counter() - start))
+  tf_keras.mixed_precision.set_global_policy("float32")
+  ours = statistics.median(sides["bertexp"][1])
+  theirs = statistics.median(sides["model_garden"][1])
+  return ours, theirs
+
+
+def bench_prepare(num_pairs, vocab_file):
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
+  import demo_data
+  from bertexp.data import prepare
+  from bertexp.data import readers
+  sentences = [s for s, _ in demo_data.read_movie_reviews()]
+  rng = np.random.RandomState(0)
+  a = [sentences[i] for i in rng.randint(0, len(sentences), num_pairs)]
+  b = [sentences[i] for i in rng.randint(0, len(sentences), num_pairs)]
+  labels = [("contradiction", "entailment", "neutral")[i]
+            for i in rng.randint(0, 3, num_pairs)]
+  with tempfile.TemporaryDirectory() as tmp:
+    rows = readers.Rows("generated", a, b, labels,
+                        [str(i) for i in range(num_pairs)],
+                        list(range(2, num_pairs + 2)))
+    start = time.perf_counter()
+    prepare.prepare("bench", [("train", rows, True)], vocab_file=vocab_file,
+                    output_dir=tmp, max_seq_length=128,
+                    label_names=("contradiction", "entailment", "neutral"),
+                    regression=False)
+    seconds = time.perf_counter() - start
+    size = os.path.getsize(os.path.join(tmp, "bench_train.tf_record"))
+  return seconds, size
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--shapes", default="tiny,base")
+  parser.add_argument("--precisions", default="float32,mixed_bfloat16")
+  parser.add_argument("--windows", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--prepare_pairs", type=int, default=393_000)
+  parser.add_argument("--vocab_file", default=".cache/minilm_hf/vocab.txt")
+  parser.add_argument("--skip_train", action="store_true")
+  args = parser.parse_args()
+  if not args.skip_train:
+    print(f"{'shape':6} {'precision':15} {'bertexp ex/s':>13} "
+          f"{'ModelGarden ex/s':>17} {'ratio':>6}")
+    for shape in args.shapes.split(","):
+      for precision in args.precisions.split(","):
+        ours, theirs = bench_train(shape, precision, args.windows, args.steps)
+        print(f"{shape:6} {precision:15} {ours:13.1f} {theirs:17.1f} "
+              f"{ours / theirs:6.2f}", flush=True)
+  if args.prepare_pairs:
+    seconds, size = bench_prepare(args.prepare_pairs, args.vocab_file)
+    print(f"prepare: {args.prepare_pairs} sentence pairs (seq 128) -> TFRecord "
+          f"({size / 1e6:.0f} MB) in {seconds:.1f} s = "
+          f"{args.prepare_pairs / seconds:,.0f} pairs/s", flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -30,7 +30,7 @@ demo-data: setup
 	  --train_file=.cache/movie_reviews/train.tsv --eval_file=.cache/movie_reviews/heldout.tsv \
 	  --test_file=.cache/movie_reviews/heldout.tsv --text_columns=sentence --label_column=label \
 	  --labels=neg,pos --vocab_file=.cache/minilm_l6/vocab.txt --output_dir=$(DATA) \
-	  --max_seq_length=64 --bert_config_file=.cache/minilm_l6/bert_config.json
+	  --max_seq_length=48 --bert_config_file=.cache/minilm_l6/bert_config.json
 
 demo: demo-data
 	rm -rf $(DEMO_DIR)
@@ -42,6 +42,16 @@ demo: demo-data
 	  --gin_param='MODEL_DIR="$(DEMO_DIR)"' --mode=export
 	@echo "Training Summary: $(DEMO_DIR)/training_summary.json"
 	@cat $(DEMO_DIR)/training_summary.json
+
+# The same sentences' mean human rating as regression (Pearson/Spearman).
+demo-regression: demo-data
+	$(BERTEXP) prepare classification --task_name=movie_score --regression \
+	  --train_file=.cache/movie_reviews/train_scores.tsv --eval_file=.cache/movie_reviews/heldout_scores.tsv \
+	  --test_file=.cache/movie_reviews/heldout_scores.tsv --text_columns=sentence --label_column=score \
+	  --vocab_file=.cache/minilm_l6/vocab.txt --output_dir=.cache/data/movie_score --max_seq_length=64
+	rm -rf runs/demo_regression
+	$(BERTEXP) train --gin_file=experiments/demo/movie_score_regression_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/demo_regression"' --mode=train_and_eval
 
 test: setup
 	$(PY) tools/demo_data.py fetch

@@ -53,6 +53,13 @@ class _DropIncludeMisses(logging.Filter):
                 record.getMessage().startswith("system_path_file_exists"))
 
 
+class _DropOrbitEcho(logging.Filter):
+  """Orbit's Controller prints each progress line and also logs it."""
+
+  def filter(self, record):
+    return not record.pathname.endswith(os.path.join("orbit", "controller.py"))
+
+
 @contextlib.contextmanager
 def _quiet_include_search():
   root = logging.getLogger()
@@ -185,6 +192,8 @@ def main(argv=None):
   args = build_parser().parse_args(argv)
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s %(levelname)s %(message)s")
+  for handler in logging.getLogger().handlers:
+    handler.addFilter(_DropOrbitEcho())
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     args.func(args)

@@ -74,8 +74,11 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
       grads = self.optimizer.get_unscaled_gradients(grads)
     # Sum across replicas first, so the clip sees the true global gradient.
-    grads = tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, grads)
+    # (One replica: nothing to sum, and all_reduce would densify the
+    # embedding's sparse gradient.)
+    if self.strategy.num_replicas_in_sync > 1:
+      grads = tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.SUM, grads)
     norm = tf.linalg.global_norm(grads)
     if self.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)

@@ -32,7 +32,6 @@ class _ServingModule(tf.Module):
 
 def export_saved_model(task, model, model_dir, version=None):
   """Writes export/<version>/ (version: seconds since the epoch by default)."""
-  # Serving is float32 whatever the training precision was.
   version = version or int(time.time())
   export_dir = fileio.join(model_dir, "export", str(version))
   tmp_dir = fileio.temp_name(export_dir)

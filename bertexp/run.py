@@ -111,6 +111,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   if deterministic:
     tf.config.experimental.enable_op_determinism()
   precision, jit_compile = strategy_lib.configure_numerics()
+  if mode in ("predict", "export"):
+    # Served models compute in float32 whatever the training precision, so
+    # predict and the exported model give the same numbers.
+    tf_keras.mixed_precision.set_global_policy("float32")
   fileio.makedirs(model_dir)
   with strategy.scope():
     model = task.build_model()

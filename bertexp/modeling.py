@@ -139,7 +139,11 @@ class Embeddings(tf_keras.layers.Layer):
   def call(self, word_ids, type_ids, training=None):
     seq_length = tf.shape(word_ids)[1]
     x = tf.gather(self.word_embeddings, word_ids)                    # [B, S, H]
-    x += tf.gather(self.type_embeddings, type_ids)                   # [B, S, H]
+    # A one-hot matmul, not a gather: the table has 2 rows, and a gather's
+    # gradient would be B*S sparse rows for the optimizer to scatter.
+    one_hot_types = tf.one_hot(type_ids, self.config.type_vocab_size,
+                               dtype=self.type_embeddings.dtype)      # [B, S, T]
+    x += tf.matmul(one_hot_types, self.type_embeddings)               # [B, S, H]
     x += self.position_embeddings[tf.newaxis, :seq_length]           # [1, S, H]
     x = self.layer_norm(x)
     return self.dropout(x, training=training)
@@ -184,8 +188,12 @@ class TransformerBlock(tf_keras.layers.Layer):
     v = self._split_heads(self.value(x))
     scores = tf.matmul(q, k, transpose_b=True)                       # [B, N, S, S]
     scores = scores * (1.0 / math.sqrt(self.head_size))
-    # Softmax in float32: bf16/fp16 logits overflow or lose the mask.
-    probs = tf.nn.softmax(tf.cast(scores, tf.float32) + attention_bias)
+    # bfloat16 has float32's range, so its softmax stays in bfloat16 (as on
+    # TPUs; it saves two casts of the largest tensor). float16 goes through
+    # float32: its logits can overflow.
+    softmax_dtype = tf.bfloat16 if scores.dtype == tf.bfloat16 else tf.float32
+    probs = tf.nn.softmax(tf.cast(scores, softmax_dtype) +
+                          tf.cast(attention_bias, softmax_dtype))
     probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training)
     context = tf.matmul(probs, v)                                    # [B, N, S, D]
     context = tf.transpose(context, [0, 2, 1, 3])                    # [B, S, N, D]

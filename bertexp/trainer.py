@@ -27,6 +27,24 @@ def _format_seconds(seconds):
           f"{rest // 60}m{rest % 60:02d}s")
 
 
+def _gather_replicas(value):
+  """[B, ...] per replica -> [replicas * B, ...] on every replica.
+
+  Every replica gets every replica's rows, so the host of any worker sees the
+  whole global batch, not only its local shard. Built on a SUM all-reduce of
+  one-hot placed copies: `all_gather` fails for MultiWorkerMirroredStrategy on
+  tensors without a device. Values go through float32 (exact for ids < 2^24).
+  """
+  context = tf.distribute.get_replica_context()
+  replicas = context.num_replicas_in_sync
+  place = tf.one_hot(context.replica_id_in_sync_group, replicas)   # [R]
+  place = tf.reshape(place, [replicas] + [1] * value.shape.rank)
+  spread = place * tf.cast(value, tf.float32)[tf.newaxis]         # [R, B, ...]
+  summed = context.all_reduce(tf.distribute.ReduceOp.SUM, spread)
+  merged = tf.reshape(summed, tf.concat([[-1], tf.shape(value)[1:]], 0))
+  return tf.cast(merged, value.dtype)
+
+
 class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
@@ -129,7 +147,10 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
 
   def _eval_replica_step(self, features, labels):
     outputs = self.model(features, training=False)
-    return self.task.eval_outputs(features, labels, outputs)
+    per_example = self.task.eval_outputs(features, labels, outputs)
+    if self.strategy.num_replicas_in_sync == 1:
+      return per_example
+    return {k: _gather_replicas(v) for k, v in per_example.items()}
 
   def gather(self, split, num_steps=-1):
     """Runs the model over `split`; returns per-example numpy arrays."""
@@ -142,8 +163,9 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
         break
       outputs = self._eval_step_fn(features, labels)
       for key, value in outputs.items():
-        for local in self.strategy.experimental_local_results(value):
-          gathered.setdefault(key, []).append(local.numpy())
+        # After all_gather the first local replica holds the global batch.
+        local = self.strategy.experimental_local_results(value)[0]
+        gathered.setdefault(key, []).append(local.numpy())
     return {k: np.concatenate(v) for k, v in gathered.items()}
 
   def evaluate(self, num_steps):

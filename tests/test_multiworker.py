@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import REPO, TINY_CONFIG
@@ -29,11 +30,11 @@ def _command(tmp_path, paths, runtime, model_dir):
                       f"include 'runtime/{runtime}.gin'\n")
   values = dict(paths, MODEL_DIR=model_dir)
   params = [f'{k}="{v}"' for k, v in values.items()] + [
-      "TRAIN_BATCH_SIZE=8", "TRAIN_STEPS=3", "STEPS_PER_LOOP=1", "SEED=3",
+      "TRAIN_BATCH_SIZE=8", "EVAL_BATCH_SIZE=6", "TRAIN_STEPS=3", "STEPS_PER_LOOP=1", "SEED=3",
       "bertexp.ClassificationTask.shuffle_buffer_size=0",
       "bertexp.ClassificationTask.dropout_rate=0.0"]
   return [sys.executable, "-m", "bertexp.cli", "train", f"--gin_file={gin_file}",
-          "--mode=train"] + [f"--gin_param={p}" for p in params]
+          "--mode=train_and_eval"] + [f"--gin_param={p}" for p in params]
 
 
 def _weights(model_dir):
@@ -77,5 +78,11 @@ def test_two_workers_equal_one_process(tmp_path):
   initial = tf.train.load_variable(paths["INIT_CHECKPOINT"],
                                    "encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE")
   assert not np.allclose(initial, ours["model/encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE"])
+  # Evaluation covers the whole eval set on every worker, with equal metrics.
+  multi_eval = json.load(open(os.path.join(multi, "training_summary.json")))["eval_metrics"]
+  single_eval = json.load(open(os.path.join(single, "training_summary.json")))["eval_metrics"]
+  assert multi_eval["num_examples"] == single_eval["num_examples"] == 16
+  assert multi_eval["loss"] == pytest.approx(single_eval["loss"], abs=1e-5)
+  assert multi_eval["accuracy"] == single_eval["accuracy"]
   # The second worker wrote only into its private folder.
   assert os.path.isdir(os.path.join(multi, "workers", "worker_1"))

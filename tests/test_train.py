@@ -161,3 +161,46 @@ def test_full_run_on_a_non_local_file_system(tiny_vocab, tiny_config):
   assert tf.io.gfile.exists(f"{model_dir}/config.gin")
   assert tf.io.gfile.listdir(f"{model_dir}/export")
   assert not os.path.exists("ram:")
+
+
+def test_mnli_reports_matched_and_mismatched(tmp_path, tiny_vocab, tiny_config):
+  """experiments/glue/mnli_base.gin on a tiny MNLI-format folder."""
+  from test_data import GLUE_LAYOUTS
+  files, _ = GLUE_LAYOUTS["MNLI"]
+  folder = tmp_path / "MNLI"
+  folder.mkdir()
+  for name, text in files.items():
+    lines = text.splitlines()
+    # 8 copies of each data row: enough for a few batches.
+    (folder / name).write_text("\n".join([lines[0]] + lines[1:] * 8) + "\n")
+  data = tmp_path / "data"
+  prepare.prepare_glue("MNLI", input_dir=str(folder), vocab_file=tiny_vocab,
+                       output_dir=str(data), max_seq_length=12)
+  paths = {
+      "BERT_CONFIG_FILE": tiny_config, "INIT_CHECKPOINT": "None",
+      "TRAIN_DATA_PATH": f"{data}/mnli_train.tf_record",
+      "EVAL_DATA_PATH": f"{data}/mnli_eval.tf_record",
+      "TEST_DATA_PATH": "None",
+      "INPUT_META_DATA_PATH": f"{data}/mnli_meta_data",
+      "MODEL_DIR": str(tmp_path / "model")}
+  extra = {"EXTRA_EVAL_DATA_PATHS":
+           f'{{"eval_mismatched": "{data}/mnli_eval_mismatched.tf_record"}}',
+           "EXTRA_TEST_DATA_PATHS": f'{{"ax": "{data}/mnli_ax.tf_record"}}'}
+  params = [f'--gin_param={k}="{v}"' for k, v in paths.items()
+            if v != "None"] + ["--gin_param=INIT_CHECKPOINT=None",
+                               "--gin_param=TEST_DATA_PATH=None"] + [
+      f"--gin_param={k}={v}" for k, v in extra.items()] + [
+      "--gin_param=TRAIN_BATCH_SIZE=4", "--gin_param=EVAL_BATCH_SIZE=3",
+      "--gin_param=TRAIN_STEPS=2", "--gin_param=NUM_GPUS=0"]
+  gin_file = os.path.join(REPO, "experiments/glue/mnli_base.gin")
+  assert cli.main(["train", f"--gin_file={gin_file}"] + params) == 0
+  summary = _read_json(f"{tmp_path}/model/training_summary.json")
+  assert summary["eval_metrics"]["num_examples"] == 8
+  assert summary["eval_metrics"]["mismatched/num_examples"] == 8
+  assert "mismatched/accuracy" in summary["eval_metrics"]
+  assert cli.main(["train", f"--gin_file={gin_file}", "--mode=predict"] + params) == 0
+  submission = (tmp_path / "model" / "submission")
+  assert sorted(os.listdir(submission)) == ["AX.tsv"]
+  rows = (submission / "AX.tsv").read_text().splitlines()
+  assert rows[0] == "index\tprediction" and len(rows) == 9
+  assert rows[1].split("\t")[1] in ("contradiction", "entailment", "neutral")

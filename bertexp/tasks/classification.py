@@ -99,7 +99,8 @@ class ClassificationTask(base.Task):
                        "TRAIN_DATA_PATH / EVAL_DATA_PATH / TEST_DATA_PATH)")
     if split != "train" and self.split_size(split) is None:
       raise ValueError(f"{self.meta_data_path}: no size for split {split!r} "
-                       "(split_sizes or {split}_data_size)")
+                       f"(in split_sizes or as {split}_data_size): was it "
+                       "prepared?")
     return pipeline.make_dataset(
         path, seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,

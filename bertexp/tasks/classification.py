@@ -55,7 +55,7 @@ class ClassificationTask(base.Task):
     self.shuffle_buffer_size = shuffle_buffer_size
     self.num_labels = self.meta["num_labels"]
     self.is_regression = self.num_labels == 1
-    default = (("pearson", "spearman") if self.is_regression else
+    default = (("spearman", "pearson") if self.is_regression else
                metrics.TASK_METRICS.get(self.meta.get("task"), ("accuracy",)))
     self.metric_names = tuple(metric_names or default)
 

@@ -1,0 +1,235 @@
+"""SQuAD JSON -> examples -> windowed features, with run_squad's behaviour.
+
+Examples keep the context as whitespace tokens (`doc_tokens`) and the answer
+as word positions (via a char-to-word offset map). Features are sliding
+windows `[CLS] question [SEP] doc window [SEP]` over the WordPiece tokens of
+the context, stride `doc_stride`; each token records its source word and
+whether this window is the one where it has the most context.
+
+A training answer whose text cannot be found at its `answer_start` is skipped
+and counted (the count is returned and logged), never silently kept wrong.
+"""
+import dataclasses
+import logging
+from typing import Dict, List, Optional
+
+from bertexp import fileio
+
+
+def _is_whitespace(ch):
+  return ch in " \t\r\n" or ord(ch) == 0x202F
+
+
+@dataclasses.dataclass
+class SquadExample:
+  qid: str
+  question: str
+  doc_tokens: List[str]
+  answer_text: str = ""
+  start_word: int = -1            # -1: no answer (v2.0 impossible / eval)
+  end_word: int = -1
+  is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class ReadStats:
+  questions: int = 0
+  impossible: int = 0
+  skipped_answer_not_found: int = 0
+  skipped_ids: List[str] = dataclasses.field(default_factory=list)
+
+
+def split_context(context):
+  """Whitespace tokens and, for every character, the index of its token."""
+  tokens, char_to_word = [], []
+  previous_space = True
+  for ch in context:
+    if _is_whitespace(ch):
+      previous_space = True
+    else:
+      if previous_space:
+        tokens.append(ch)
+      else:
+        tokens[-1] += ch
+      previous_space = False
+    char_to_word.append(len(tokens) - 1)
+  return tokens, char_to_word
+
+
+def _where(path, a, p, q=None):
+  return f"{path}: data[{a}].paragraphs[{p}]" + (f".qas[{q}]" if q is not None else "")
+
+
+def read_examples(path, *, is_training, version_2_with_negative):
+  """Reads a SQuAD file; returns (examples, ReadStats)."""
+  dataset = fileio.read_json(path)
+  if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+    raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
+  has_impossible = any(qa.get("is_impossible") for article in dataset["data"]
+                       for paragraph in article.get("paragraphs", [])
+                       for qa in paragraph.get("qas", []))
+  if has_impossible and not version_2_with_negative:
+    raise ValueError(f"{path}: holds unanswerable (is_impossible) questions, a "
+                     "SQuAD v2.0 file: pass --version_2_with_negative")
+  examples, stats = [], ReadStats()
+  for a, article in enumerate(dataset["data"]):
+    for p, paragraph in enumerate(article.get("paragraphs", [])):
+      if "context" not in paragraph or "qas" not in paragraph:
+        raise ValueError(f"{_where(path, a, p)}: needs 'context' and 'qas'")
+      doc_tokens, char_to_word = split_context(paragraph["context"])
+      for q, qa in enumerate(paragraph["qas"]):
+        where = _where(path, a, p, q)
+        for field in ("id", "question"):
+          if field not in qa:
+            raise ValueError(f"{where}: missing field {field!r}")
+        stats.questions += 1
+        example = SquadExample(qa["id"], qa["question"], doc_tokens)
+        if version_2_with_negative and "is_impossible" not in qa:
+          raise ValueError(f"{where}: missing 'is_impossible' (a v1.1 file "
+                           "read with --version_2_with_negative?)")
+        example.is_impossible = bool(qa.get("is_impossible", False))
+        stats.impossible += example.is_impossible
+        if is_training and not example.is_impossible:
+          if not _locate_answer(example, qa, char_to_word, paragraph["context"],
+                                where):
+            stats.skipped_answer_not_found += 1
+            stats.skipped_ids.append(qa["id"])
+            continue
+        examples.append(example)
+  if stats.skipped_answer_not_found:
+    logging.warning("%s: skipped %d training question(s) whose answer text is "
+                    "not at answer_start (first ids: %s)", path,
+                    stats.skipped_answer_not_found, stats.skipped_ids[:5])
+  if not examples:
+    raise ValueError(f"{path}: no usable questions")
+  return examples, stats
+
+
+def _locate_answer(example, qa, char_to_word, context, where):
+  """Sets the answer's word span; False when the text is not where it says."""
+  answers = qa.get("answers")
+  if not answers:
+    raise ValueError(f"{where}: a training question needs one answer "
+                     "(or is_impossible true)")
+  answer = answers[0]
+  if "text" not in answer or "answer_start" not in answer:
+    raise ValueError(f"{where}.answers[0]: needs 'text' and 'answer_start'")
+  text, start = answer["text"], answer["answer_start"]
+  if not isinstance(start, int) or start < 0 or start + len(text) > len(context) \
+      or not text:
+    raise ValueError(f"{where}.answers[0]: answer_start {start!r} with a "
+                     f"{len(text)}-character answer lies outside the "
+                     f"{len(context)}-character context")
+  example.answer_text = text
+  example.start_word = char_to_word[start]
+  example.end_word = char_to_word[start + len(text) - 1]
+  found = " ".join(example.doc_tokens[example.start_word:example.end_word + 1])
+  # The answer text, whitespace-normalised, must appear in those words.
+  return " ".join(text.split()) in found
+
+
+@dataclasses.dataclass
+class SquadFeature:
+  """One window. Positions index the packed sequence of max_seq_length."""
+  unique_id: int
+  example_index: int
+  window_index: int
+  input_word_ids: List[int]
+  input_mask: List[int]
+  input_type_ids: List[int]
+  token_to_word: Dict[int, int]          # packed position -> doc word index
+  token_is_max_context: Dict[int, bool]
+  start_position: int = 0                # 0 ([CLS]) = no answer in window
+  end_position: int = 0
+
+
+def doc_windows(num_tokens, max_tokens, stride):
+  """(start, length) windows over the context tokens, as run_squad."""
+  windows, start = [], 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens)
+    windows.append((start, length))
+    if start + length == num_tokens:
+      break
+    start += min(length, stride)
+  return windows or [(0, 0)]
+
+
+def is_max_context(windows, window_index, position):
+  """True when `position` has more context in this window than in any other:
+  score = min(left, right) context + 0.01 * window length."""
+  best_score, best_index = None, None
+  for index, (start, length) in enumerate(windows):
+    end = start + length - 1
+    if position < start or position > end:
+      continue
+    score = min(position - start, end - position) + 0.01 * length
+    if best_score is None or score > best_score:
+      best_score, best_index = score, index
+  return best_index == window_index
+
+
+def _improve_span(doc_pieces, start, end, answer_pieces):
+  """The tightest piece span inside [start, end] spelling the answer's pieces
+  (e.g. "1895" inside "(1895-1943)."), else the given span."""
+  for new_start in range(start, end + 1):
+    for new_end in range(end, new_start - 1, -1):
+      if doc_pieces[new_start:new_end + 1] == answer_pieces:
+        return new_start, new_end
+  return start, end
+
+
+def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
+                     max_query_length, is_training, first_unique_id=1000000000):
+  """Examples -> windowed features (training: with start/end positions)."""
+  words = sorted({w for e in examples for w in e.doc_tokens})
+  word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}
+  questions = tokenizer.tokenize([e.question for e in examples])
+  answers = (tokenizer.tokenize([e.answer_text for e in examples])
+             if is_training else None)
+  features, unique_id = [], first_unique_id
+  for index, example in enumerate(examples):
+    query = list(questions[index][:max_query_length])
+    piece_to_word, word_to_piece, doc_pieces = [], [], []
+    for w, word in enumerate(example.doc_tokens):
+      word_to_piece.append(len(doc_pieces))
+      for piece in word_pieces[word]:
+        piece_to_word.append(w)
+        doc_pieces.append(int(piece))
+    start_piece = end_piece = None
+    if is_training and not example.is_impossible:
+      start_piece = word_to_piece[example.start_word]
+      end_piece = (word_to_piece[example.end_word + 1] - 1
+                   if example.end_word + 1 < len(example.doc_tokens)
+                   else len(doc_pieces) - 1)
+      start_piece, end_piece = _improve_span(
+          doc_pieces, start_piece, end_piece, [int(i) for i in answers[index]])
+    max_tokens = max_seq_length - len(query) - 3
+    if max_tokens < 1:
+      raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
+                       f"the context after a {len(query)}-piece question")
+    windows = doc_windows(len(doc_pieces), max_tokens, doc_stride)
+    for window_index, (start, length) in enumerate(windows):
+      ids = [tokenizer.cls_id] + query + [tokenizer.sep_id]
+      type_ids = [0] * len(ids)
+      token_to_word, max_context = {}, {}
+      for i in range(length):
+        token_to_word[len(ids)] = piece_to_word[start + i]
+        max_context[len(ids)] = is_max_context(windows, window_index, start + i)
+        ids.append(doc_pieces[start + i])
+      ids.append(tokenizer.sep_id)
+      type_ids += [1] * (length + 1)
+      mask = [1] * len(ids)
+      padding = max_seq_length - len(ids)
+      feature = SquadFeature(
+          unique_id, index, window_index, ids + [tokenizer.pad_id] * padding,
+          mask + [0] * padding, type_ids + [0] * padding, token_to_word,
+          max_context)
+      if start_piece is not None and start <= start_piece and \
+          end_piece <= start + length - 1:
+        offset = len(query) + 2 - start
+        feature.start_position = start_piece + offset
+        feature.end_position = end_piece + offset
+      features.append(feature)
+      unique_id += 1
+  return features

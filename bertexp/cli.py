@@ -106,6 +106,20 @@ def cmd_prepare(args):
                 max_seq_length=args.max_seq_length,
                 do_lower_case=not args.no_lower_case,
                 max_position_embeddings=_max_positions(args.bert_config_file))
+  if args.kind == "squad":
+    from bertexp.data import squad
+    meta = squad.prepare_squad(
+        squad_file=args.squad_file, vocab_file=args.vocab_file,
+        output_dir=args.output_dir,
+        version_2_with_negative=args.version_2_with_negative,
+        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
+        max_query_length=args.max_query_length,
+        do_lower_case=not args.no_lower_case, is_training=not args.eval)
+    print(f"prepared {meta['task']}: {meta['num_questions']} questions, "
+          f"{meta.get('train_data_size', meta.get('eval_data_size'))} windows, "
+          f"{meta['skipped_answer_not_found']} skipped (answer not found)",
+          flush=True)
+    return
   if args.kind == "glue":
     meta = prepare.prepare_glue(args.task, input_dir=args.input_dir, **common)
   else:
@@ -179,10 +193,18 @@ def build_parser():
   labels.add_argument("--labels", help="label names in id order")
   labels.add_argument("--regression", action="store_true")
   cls.add_argument("--task_name", required=True)
-  for p in (glue, cls):
+  sq = prep_sub.add_parser("squad", help="a SQuAD v1.1 / v2.0 JSON file")
+  sq.add_argument("--squad_file", required=True)
+  sq.add_argument("--version_2_with_negative", action="store_true")
+  sq.add_argument("--doc_stride", type=int, default=128)
+  sq.add_argument("--max_query_length", type=int, default=64)
+  sq.add_argument("--eval", action="store_true",
+                  help="evaluation windows (no answer positions)")
+  for p in (glue, cls, sq):
     p.add_argument("--vocab_file", required=True)
     p.add_argument("--output_dir", required=True)
-    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--max_seq_length", type=int,
+                   default=384 if p is sq else 128)
     p.add_argument("--no_lower_case", action="store_true",
                    help="cased vocabularies")
     p.add_argument("--bert_config_file",

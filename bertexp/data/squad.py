@@ -233,3 +233,66 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       features.append(feature)
       unique_id += 1
   return features
+
+
+def write_features(features, path, is_training):
+  """Features -> one TFRecord file (temporary name, renamed at the end).
+
+  Records: input_word_ids, input_mask, input_type_ids [S]; unique_id; and
+  for training start_positions, end_positions.
+  """
+  import numpy as np
+  from bertexp.data import records
+  writer = records.RecordWriter(path)
+  try:
+    for start in range(0, len(features), 20000):
+      batch = features[start:start + 20000]
+      columns = {name: np.array([getattr(f, name) for f in batch], np.int64)
+                 for name in ("input_word_ids", "input_mask", "input_type_ids",
+                              "unique_id")}
+      if is_training:
+        for name in ("start_position", "end_position"):
+          columns[name + "s"] = np.array([getattr(f, name) for f in batch],
+                                         np.int64)
+      writer.write_batch(columns)
+    writer.commit()
+  except BaseException:
+    writer.abort()
+    raise
+  return writer.count
+
+
+def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative,
+                  max_seq_length=384, doc_stride=128, max_query_length=64,
+                  do_lower_case=True, is_training=True):
+  """`bertexp prepare squad`: squad_{version}_{split}.tf_record + meta data."""
+  from bertexp import tokenization
+  version = "v2.0" if version_2_with_negative else "v1.1"
+  split = "train" if is_training else "eval"
+  examples, stats = read_examples(squad_file, is_training=is_training,
+                                  version_2_with_negative=version_2_with_negative)
+  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  features = convert_examples(examples, tokenizer, max_seq_length=max_seq_length,
+                              doc_stride=doc_stride,
+                              max_query_length=max_query_length,
+                              is_training=is_training)
+  fileio.makedirs(output_dir)
+  record_path = fileio.join(output_dir, f"squad_{version}_{split}.tf_record")
+  count = write_features(features, record_path, is_training)
+  meta = {
+      "task": f"squad_{version}", "task_type": "question_answering",
+      "version_2_with_negative": version_2_with_negative,
+      f"{split}_data_size": count, "num_questions": len(examples),
+      "questions_read": stats.questions, "impossible_questions": stats.impossible,
+      "skipped_answer_not_found": stats.skipped_answer_not_found,
+      "max_seq_length": max_seq_length, "doc_stride": doc_stride,
+      "max_query_length": max_query_length, "do_lower_case": do_lower_case,
+      "vocab_sha256": tokenization.file_checksum(vocab_file),
+      "vocab_size": len(tokenizer.vocab), "source_file": squad_file,
+  }
+  fileio.write_json(fileio.join(output_dir, f"squad_{version}_{split}_meta_data"),
+                    meta)
+  logging.info("%s: %d questions -> %d windows in %s (%d skipped: answer not "
+               "found)", squad_file, len(examples), count, record_path,
+               stats.skipped_answer_not_found)
+  return meta

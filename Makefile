@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression test bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad test bench clean
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,20 @@ demo-regression: demo-data
 	rm -rf runs/demo_regression
 	$(BERTEXP) train --gin_file=experiments/demo/movie_score_regression_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/demo_regression"' --mode=train_and_eval
+
+# SQuAD v1.1: MiniLM fine-tuned on the first 2,500 training questions, scored on
+# the first 300 dev questions with the official rules.
+demo-squad: demo-data
+	$(PY) tools/demo_data.py squad-subset --output_dir=.cache/data/squad --train_questions=2500 --dev_questions=300
+	$(BERTEXP) prepare squad --squad_file=.cache/data/squad/train_subset.json \
+	  --vocab_file=.cache/minilm_l6/vocab.txt --output_dir=.cache/data/squad \
+	  --max_seq_length=256 --doc_stride=128 --max_query_length=64
+	rm -rf runs/demo_squad
+	$(BERTEXP) train --gin_file=experiments/demo/squad_v1_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/demo_squad"' --mode=train_and_eval
+	$(BERTEXP) train --gin_file=experiments/demo/squad_v1_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/demo_squad"' --mode=predict
+	$(BERTEXP) evaluate-squad .cache/data/squad/dev_subset.json runs/demo_squad/predictions.json
 
 test: setup
 	$(PY) tools/demo_data.py fetch

@@ -150,6 +150,34 @@ def movie_tsv(output_dir, heldout, seed):
         "classification files (kept for regression)")
 
 
+def squad_subset(output_dir, train_questions, dev_questions):
+  """The first N training and M dev questions of SQuAD v1.1, as SQuAD JSON."""
+  import json
+
+  def take(path, limit):
+    with open(path, encoding="utf-8") as f:
+      dataset = json.load(f)
+    data, count = [], 0
+    for article in dataset["data"]:
+      paragraphs = []
+      for paragraph in article["paragraphs"]:
+        qas = paragraph["qas"][:max(limit - count, 0)]
+        count += len(qas)
+        if qas:
+          paragraphs.append(dict(paragraph, qas=qas))
+      if paragraphs:
+        data.append(dict(article, paragraphs=paragraphs))
+      if count >= limit:
+        break
+    return {"version": dataset["version"], "data": data}, count
+
+  for name, source, limit in (("train_subset.json", "train-v1.1.json", train_questions),
+                              ("dev_subset.json", "dev-v1.1.json", dev_questions)):
+    subset, count = take(os.path.join(SQUAD_DIR, source), limit)
+    _write_atomic(os.path.join(output_dir, name), json.dumps(subset).encode())
+    print(f"{name}: {count} questions from {source}")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
@@ -159,9 +187,15 @@ def main():
   tsv.add_argument("--output_dir", default=os.path.join(CACHE, "movie_reviews"))
   tsv.add_argument("--heldout", type=int, default=1500)
   tsv.add_argument("--seed", type=int, default=12345)
+  sq = sub.add_parser("squad-subset")
+  sq.add_argument("--output_dir", default=os.path.join(CACHE, "data", "squad"))
+  sq.add_argument("--train_questions", type=int, default=2500)
+  sq.add_argument("--dev_questions", type=int, default=300)
   args = parser.parse_args()
   if args.command == "fetch":
     fetch()
+  elif args.command == "squad-subset":
+    squad_subset(args.output_dir, args.train_questions, args.dev_questions)
   else:
     movie_tsv(args.output_dir, args.heldout, args.seed)
 

@@ -12,22 +12,25 @@ import tensorflow as tf
 MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-def _record_spec(seq_length, label_dtype):
+def _record_spec(seq_length, label_dtype, label_names, id_name):
   spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
           for name in MODEL_INPUTS}
-  spec["label_ids"] = tf.io.FixedLenFeature([], label_dtype)
-  spec["example_id"] = tf.io.FixedLenFeature([], tf.int64)
+  for name in label_names:
+    spec[name] = tf.io.FixedLenFeature([], label_dtype)
+  spec[id_name] = tf.io.FixedLenFeature([], tf.int64)
   return spec
 
 
-def _decode(spec):
+def _decode(spec, label_names):
   def decode(serialized):
     parsed = tf.io.parse_example(serialized, spec)
     # TPUs have no int64 matmul/gather path; the model wants int32 anyway.
     parsed = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v
               for k, v in parsed.items()}
-    labels = parsed.pop("label_ids")
-    parsed["example_weight"] = tf.ones_like(labels, tf.float32)
+    labels = [parsed.pop(name) for name in label_names]
+    labels = labels[0] if len(labels) == 1 else tf.stack(labels, -1)  # [B(, K)]
+    parsed["example_weight"] = tf.ones_like(parsed[MODEL_INPUTS[0]][:, 0],
+                                            tf.float32)
     return parsed, labels
   return decode
 
@@ -45,21 +48,21 @@ def list_files(file_pattern):
 
 def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
                  is_training, input_context=None, seed=None,
-                 num_examples=None, shuffle_buffer=10000):
+                 num_examples=None, shuffle_buffer=10000,
+                 label_names=("label_ids",), id_name="example_id"):
   """Returns a dataset of (features, labels) batches of `batch_size`.
 
   batch_size is per replica when `input_context` is given (that is how
   `distribute_datasets_from_function` calls us), global otherwise.
   num_examples is required for evaluation (to size the padding).
   shuffle_buffer 0 keeps the file order (e.g. to compare strategies).
+  Several label_names are stacked into labels [B, K] (SQuAD start/end).
   """
   label_dtype = tf.float32 if label_type == "float" else tf.int64
-  spec = _record_spec(seq_length, label_dtype)
+  spec = _record_spec(seq_length, label_dtype, label_names, id_name)
   files = list_files(file_pattern)
   num_pipelines = input_context.num_input_pipelines if input_context else 1
   pipeline_id = input_context.input_pipeline_id if input_context else 0
-  replicas_per_pipeline = (input_context.num_replicas_in_sync // num_pipelines
-                           if input_context else 1)
   dataset = tf.data.TFRecordDataset(files, num_parallel_reads=(
       tf.data.AUTOTUNE if is_training and len(files) > 1 else None))
   if num_pipelines > 1:
@@ -70,28 +73,41 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
                                 reshuffle_each_iteration=True)
     dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(_decode(spec), num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=True)
+    dataset = dataset.map(_decode(spec, label_names),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
-  per_pipeline = batch_size * replicas_per_pipeline
-  steps = eval_steps(num_examples, batch_size * (
-      input_context.num_replicas_in_sync if input_context else 1))
-  # This pipeline's share of the records, then padding up to steps batches.
+  dataset = dataset.batch(batch_size).map(_decode(spec, label_names)).unbatch()
+  return pad_and_batch_eval(dataset, num_examples=num_examples,
+                            batch_size=batch_size, input_context=input_context,
+                            seq_length=seq_length, label_dtype=label_dtype,
+                            num_labels=len(label_names), id_name=id_name)
+
+
+def pad_and_batch_eval(dataset, *, num_examples, batch_size, input_context,
+                       seq_length, label_dtype, num_labels, id_name):
+  """(features, labels) elements of this pipeline's shard -> batches, padded
+  with weight-0 rows so every pipeline runs the same number of full steps."""
+  num_pipelines = input_context.num_input_pipelines if input_context else 1
+  pipeline_id = input_context.input_pipeline_id if input_context else 0
+  replicas = input_context.num_replicas_in_sync if input_context else 1
+  per_pipeline = batch_size * (replicas // num_pipelines)
+  steps = eval_steps(num_examples, batch_size * replicas)
   mine = len(range(pipeline_id, num_examples, num_pipelines))
-  dataset = dataset.batch(batch_size).map(_decode(spec))
-  dataset = dataset.unbatch()
-  padding = _padding_dataset(seq_length, label_dtype, steps * per_pipeline - mine)
+  padding = _padding_dataset(seq_length, label_dtype, steps * per_pipeline - mine,
+                             num_labels, id_name)
   dataset = dataset.concatenate(padding).batch(batch_size, drop_remainder=True)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _padding_dataset(seq_length, label_dtype, count):
+def _padding_dataset(seq_length, label_dtype, count, num_labels=1,
+                     id_name="example_id"):
   features = {name: tf.zeros([seq_length], tf.int32) for name in MODEL_INPUTS}
-  features["example_id"] = tf.constant(-1, tf.int32)
+  features[id_name] = tf.constant(-1, tf.int32)
   features["example_weight"] = tf.constant(0.0)
-  labels = tf.zeros([], tf.float32 if label_dtype == tf.float32 else tf.int32)
+  labels = tf.zeros([] if num_labels == 1 else [num_labels],
+                    tf.float32 if label_dtype == tf.float32 else tf.int32)
   return tf.data.Dataset.from_tensors((features, labels)).repeat(max(count, 0))
 
 

@@ -180,7 +180,7 @@ def _improve_span(doc_pieces, start, end, answer_pieces):
 
 
 def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
-                     max_query_length, is_training, first_unique_id=1000000000):
+                     max_query_length, is_training, first_unique_id=0):
   """Examples -> windowed features (training: with start/end positions)."""
   words = sorted({w for e in examples for w in e.doc_tokens})
   word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}

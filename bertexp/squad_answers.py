@@ -1,0 +1,167 @@
+"""Start/end logits -> answer texts, with google-research/bert's rules.
+
+Per question: the n_best start and end positions of every window; a span is
+kept when both ends are context tokens, start <= end, it is at most
+max_answer_length pieces long and its start has maximal context in that
+window. For v2.0 the null score (start + end logit at [CLS]) of the window
+where it is lowest competes with the spans. The answer text is recovered
+from the original context, keeping its case and punctuation.
+"""
+import collections
+import dataclasses
+import math
+import unicodedata
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Candidate:
+  text: str
+  start_logit: float
+  end_logit: float
+
+  @property
+  def score(self):
+    return self.start_logit + self.end_logit
+
+
+def _is_punctuation(ch):
+  cp = ord(ch)
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(ch).startswith("P")
+
+
+def _normalised_pieces(text, do_lower_case):
+  """The text as the tokenizer's pre-WordPiece words (lower case, accents
+  stripped, punctuation apart), joined by spaces."""
+  if do_lower_case:
+    text = "".join(c for c in unicodedata.normalize("NFD", text.lower())
+                   if unicodedata.category(c) != "Mn")
+  spaced = "".join(f" {c} " if _is_punctuation(c) else c for c in text)
+  return " ".join(spaced.split())
+
+
+def _without_spaces(text):
+  """Text without spaces, and for each kept char its index in `text`."""
+  kept, index = [], []
+  for i, ch in enumerate(text):
+    if ch != " ":
+      kept.append(ch)
+      index.append(i)
+  return "".join(kept), index
+
+
+def final_text(predicted, original, do_lower_case):
+  """The span of `original` that the (normalised) `predicted` text covers.
+
+  E.g. predicted "steve smith", original "Steve Smith's" -> "Steve Smith".
+  Falls back to `original` when the two cannot be aligned char by char.
+  """
+  normalised = _normalised_pieces(original, do_lower_case)
+  start = normalised.find(predicted)
+  if start < 0:
+    return original
+  end = start + len(predicted) - 1
+  original_chars, original_index = _without_spaces(original)
+  normalised_chars, normalised_index = _without_spaces(normalised)
+  if len(original_chars) != len(normalised_chars):
+    return original          # normalisation changed the length: no alignment
+  to_stripped = {n: i for i, n in enumerate(normalised_index)}
+  if start not in to_stripped or end not in to_stripped:
+    return original
+  first = original_index[to_stripped[start]]
+  last = original_index[to_stripped[end]]
+  return original[first:last + 1]
+
+
+def _top(logits, n):
+  return [int(i) for i in np.argsort(-np.asarray(logits), kind="stable")[:n]]
+
+
+def _pieces_text(tokens):
+  return " ".join(" ".join(tokens).replace(" ##", "").replace("##", "").split())
+
+
+def answer_question(example, windows, vocab, *, n_best_size=20,
+                    max_answer_length=30, do_lower_case=True,
+                    version_2_with_negative=False):
+  """windows: [(feature, start_logits [S], end_logits [S])] of one question.
+
+  Returns (n-best candidates, best, null score diff or None).
+  """
+  spans, null = [], None
+  for feature, start_logits, end_logits in windows:
+    if version_2_with_negative:
+      score = start_logits[0] + end_logits[0]
+      if null is None or score < null.score:
+        null = Candidate("", float(start_logits[0]), float(end_logits[0]))
+    for s in _top(start_logits, n_best_size):
+      for e in _top(end_logits, n_best_size):
+        if s not in feature.token_to_word or e not in feature.token_to_word:
+          continue
+        if e < s or e - s + 1 > max_answer_length:
+          continue
+        if not feature.token_is_max_context.get(s, False):
+          continue
+        spans.append((float(start_logits[s] + end_logits[e]), feature, s, e,
+                      float(start_logits[s]), float(end_logits[e])))
+  spans.sort(key=lambda x: -x[0])
+  candidates, seen = [], set()
+  for _, feature, s, e, start_logit, end_logit in spans:
+    if len(candidates) >= n_best_size:
+      break
+    pieces = [vocab[i] for i in feature.input_word_ids[s:e + 1]]
+    words = example.doc_tokens[feature.token_to_word[s]:
+                               feature.token_to_word[e] + 1]
+    text = final_text(_pieces_text(pieces), " ".join(words), do_lower_case)
+    if text in seen:
+      continue
+    seen.add(text)
+    candidates.append(Candidate(text, start_logit, end_logit))
+  if null is not None:
+    candidates.append(null)
+    candidates.sort(key=lambda c: -c.score)
+    candidates = candidates[:max(n_best_size, 1)]
+  if not candidates:
+    candidates = [Candidate("empty", 0.0, 0.0)]
+  best_non_null = next((c for c in candidates if c.text), None)
+  diff = None
+  if version_2_with_negative:
+    diff = (null.score - best_non_null.score) if best_non_null else math.inf
+  return candidates, best_non_null, diff
+
+
+def probabilities(candidates):
+  scores = np.array([c.score for c in candidates], np.float64)
+  exp = np.exp(scores - scores.max())
+  return exp / exp.sum()
+
+
+def predict_answers(examples, features, logits_by_unique_id, vocab, *,
+                    n_best_size=20, max_answer_length=30, do_lower_case=True,
+                    version_2_with_negative=False, null_score_diff_threshold=0.0):
+  """-> (predictions {qid: text}, nbest {qid: [..]}, null_odds {qid: diff})."""
+  by_example = collections.defaultdict(list)
+  for feature in features:
+    if feature.unique_id in logits_by_unique_id:
+      start, end = logits_by_unique_id[feature.unique_id]
+      by_example[feature.example_index].append((feature, start, end))
+  predictions, nbest, null_odds = {}, {}, {}
+  for index, example in enumerate(examples):
+    candidates, best, diff = answer_question(
+        example, by_example.get(index, []), vocab, n_best_size=n_best_size,
+        max_answer_length=max_answer_length, do_lower_case=do_lower_case,
+        version_2_with_negative=version_2_with_negative)
+    probs = probabilities(candidates)
+    nbest[example.qid] = [
+        {"text": c.text, "probability": float(p), "start_logit": c.start_logit,
+         "end_logit": c.end_logit} for c, p in zip(candidates, probs)]
+    if version_2_with_negative:
+      null_odds[example.qid] = float(diff)
+      predictions[example.qid] = (best.text if best is not None and
+                                  diff <= null_score_diff_threshold else "")
+    else:
+      predictions[example.qid] = candidates[0].text
+  return predictions, nbest, null_odds

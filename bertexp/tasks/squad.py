@@ -1,0 +1,180 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0).
+
+Training reads `bertexp prepare squad` TFRecords. Evaluation and prediction
+read the dev/test JSON itself (`PREDICT_FILE`), windowed in memory the same
+way, and score with the official rules (bertexp.squad_metrics).
+"""
+import logging
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bertexp import fileio
+from bertexp import modeling
+from bertexp import squad_answers
+from bertexp import squad_metrics
+from bertexp import tokenization
+from bertexp.data import pipeline
+from bertexp.data import squad as squad_data
+from bertexp.tasks import base
+
+
+class SpanModel(tf_keras.Model):
+  """Encoder + dense(2) on every token -> start and end logits [B, S, 2]."""
+
+  def __init__(self, encoder, seed=None, **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    self.span_head = tf_keras.layers.Dense(
+        2, kernel_initializer=tf_keras.initializers.TruncatedNormal(
+            stddev=encoder.config.initializer_range, seed=seed),
+        dtype="float32", name="span_head")
+
+  def call(self, inputs, training=None):
+    sequence = self.encoder(inputs, training=training)["sequence_output"]
+    return self.span_head(sequence)                                  # [B, S, 2]
+
+  def build_variables(self):
+    self(self.encoder.dummy_inputs(), training=False)
+    return self
+
+
+@gin.configurable(module="bertexp")
+class QuestionAnsweringTask(base.Task):
+  """Start/end span prediction; loss = mean of start and end cross-entropy."""
+
+  def __init__(self, *, bert_config_file=gin.REQUIRED,
+               meta_data_path=gin.REQUIRED, train_data_path=None,
+               predict_file=None, vocab_file=gin.REQUIRED,
+               version_2_with_negative=False, n_best_size=20,
+               max_answer_length=30, null_score_diff_threshold=0.0, seed=None,
+               shuffle_buffer_size=10000):
+    self.bert_config_file = bert_config_file
+    self.meta = fileio.read_json(meta_data_path)
+    self.meta_data_path = meta_data_path
+    if bool(self.meta.get("version_2_with_negative")) != version_2_with_negative:
+      raise ValueError(
+          f"{meta_data_path}: data prepared with version_2_with_negative="
+          f"{self.meta.get('version_2_with_negative')} but the task has "
+          f"{version_2_with_negative}")
+    self.train_data_path = train_data_path
+    self.predict_file = predict_file
+    self.vocab_file = vocab_file
+    self.version_2_with_negative = version_2_with_negative
+    self.n_best_size = n_best_size
+    self.max_answer_length = max_answer_length
+    self.null_score_diff_threshold = null_score_diff_threshold
+    self.seed = seed
+    self.shuffle_buffer_size = shuffle_buffer_size
+    self._eval = None        # (examples, features, dataset arrays), built once
+    self.last_predictions = None
+
+  def build_model(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    encoder = modeling.BertEncoder(config, name="encoder")
+    return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
+
+  def _eval_data(self):
+    if self._eval is None:
+      if not self.predict_file:
+        raise ValueError("evaluation and prediction need PREDICT_FILE (the "
+                         "SQuAD dev/test JSON)")
+      examples, _ = squad_data.read_examples(
+          self.predict_file, is_training=False,
+          version_2_with_negative=self.version_2_with_negative)
+      tokenizer = tokenization.Tokenizer(
+          self.vocab_file, self.meta.get("do_lower_case", True))
+      features = squad_data.convert_examples(
+          examples, tokenizer, max_seq_length=self.meta["max_seq_length"],
+          doc_stride=self.meta["doc_stride"],
+          max_query_length=self.meta["max_query_length"], is_training=False)
+      self._eval = (examples, features, tokenizer.vocab)
+      logging.info("%s: %d questions -> %d windows", self.predict_file,
+                   len(examples), len(features))
+    return self._eval
+
+  def build_inputs(self, split, input_context=None, batch_size=0):
+    seq = self.meta["max_seq_length"]
+    if split == "train":
+      if not self.train_data_path:
+        raise ValueError("training needs TRAIN_DATA_PATH")
+      return pipeline.make_dataset(
+          self.train_data_path, seq_length=seq, label_type="int",
+          batch_size=batch_size, is_training=True, input_context=input_context,
+          seed=self.seed, shuffle_buffer=self.shuffle_buffer_size,
+          label_names=("start_positions", "end_positions"),
+          id_name="unique_id")
+    _, features, _ = self._eval_data()
+    columns = {name: np.array([getattr(f, name) for f in features], np.int32)
+               for name in pipeline.MODEL_INPUTS}
+    # Ids count windows from 0: exact through the float32 replica gather.
+    columns["unique_id"] = np.array([f.unique_id for f in features], np.int32)
+    columns["example_weight"] = np.ones(len(features), np.float32)
+    labels = np.zeros([len(features), 2], np.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((columns, labels))
+    if input_context and input_context.num_input_pipelines > 1:
+      dataset = dataset.shard(input_context.num_input_pipelines,
+                              input_context.input_pipeline_id)
+    return pipeline.pad_and_batch_eval(
+        dataset, num_examples=len(features), batch_size=batch_size,
+        input_context=input_context, seq_length=seq, label_dtype=tf.int64,
+        num_labels=2, id_name="unique_id")
+
+  def num_train_examples(self):
+    return int(self.meta.get("train_data_size", 0))
+
+  def eval_splits(self):
+    return {"eval": len(self._eval_data()[1])} if self.predict_file else {}
+
+  def predict_splits(self):
+    return ["eval"] if self.predict_file else []
+
+  def per_example_loss(self, labels, outputs):
+    # outputs [B, S, 2] logits; labels [B, 2] start/end positions
+    start = tf_keras.losses.sparse_categorical_crossentropy(
+        labels[:, 0], outputs[:, :, 0], from_logits=True)
+    end = tf_keras.losses.sparse_categorical_crossentropy(
+        labels[:, 1], outputs[:, :, 1], from_logits=True)
+    return (start + end) / 2.0                                       # [B]
+
+  def eval_outputs(self, features, labels, outputs):
+    return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1],
+            "unique_id": features["unique_id"],
+            "weights": features["example_weight"]}
+
+  def _answers(self, gathered):
+    examples, features, vocab = self._eval_data()
+    real = gathered["weights"] > 0
+    logits = {int(u): (s, e) for u, s, e in zip(
+        gathered["unique_id"][real], gathered["start_logits"][real],
+        gathered["end_logits"][real])}
+    return squad_answers.predict_answers(
+        examples, features, logits, vocab, n_best_size=self.n_best_size,
+        max_answer_length=self.max_answer_length,
+        do_lower_case=self.meta.get("do_lower_case", True),
+        version_2_with_negative=self.version_2_with_negative,
+        null_score_diff_threshold=self.null_score_diff_threshold)
+
+  def finalize_eval(self, gathered):
+    predictions, _, null_odds = self._answers(gathered)
+    dataset = squad_metrics.load_json(self.predict_file, "dataset")
+    if self.version_2_with_negative:
+      return squad_metrics.evaluate_v2(dataset, predictions, null_odds)
+    return squad_metrics.evaluate_v1(dataset, predictions)
+
+  def selection_metric(self):
+    return "f1"
+
+  def write_predictions(self, gathered, output_dir, split="eval"):
+    predictions, nbest, null_odds = self._answers(gathered)
+    paths = [fileio.join(output_dir, "predictions.json"),
+             fileio.join(output_dir, "nbest_predictions.json")]
+    fileio.write_json(paths[0], predictions)
+    fileio.write_json(paths[1], nbest)
+    if self.version_2_with_negative:
+      paths.append(fileio.join(output_dir, "null_odds.json"))
+      fileio.write_json(paths[2], null_odds)
+    logging.info("wrote %d predictions to %s", len(predictions), paths[0])
+    return paths

@@ -1,0 +1,62 @@
+"""The question-answering task end to end on the real SQuAD v1.1 files with a
+tiny encoder: prepare -> train -> eval (official scores) -> predict files."""
+import json
+import os
+import sys
+
+import bertexp
+from bertexp import checkpoints
+from bertexp import cli
+from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm
+
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import demo_data  # noqa: E402
+
+
+def test_squad_train_eval_predict(tmp_path):
+  requires_minilm()
+  demo_data.squad_subset(str(tmp_path), train_questions=64, dev_questions=20)
+  vocab = os.path.join(MINILM_HF, "vocab.txt")
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
+                                    max_position_embeddings=128)))
+  encoder = bertexp.load_encoder(str(config))
+  checkpoints.write_checkpoint_folder(encoder, vocab, str(tmp_path / "init"))
+  assert cli.main(["prepare", "squad", f"--squad_file={tmp_path}/train_subset.json",
+                   f"--vocab_file={vocab}", f"--output_dir={tmp_path}/data",
+                   "--max_seq_length=128", "--doc_stride=64",
+                   "--max_query_length=32"]) == 0
+  meta = json.loads((tmp_path / "data" / "squad_v1.1_train_meta_data").read_text())
+  assert meta["num_questions"] == 64 and meta["train_data_size"] >= 64
+  params = {
+      "MODEL_DIR": f'"{tmp_path}/run"',
+      "BERT_CONFIG_FILE": f'"{config}"',
+      "INIT_CHECKPOINT": f'"{tmp_path}/init/bert_model.ckpt"',
+      "VOCAB_FILE": f'"{vocab}"',
+      "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_v1.1_train.tf_record"',
+      "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_v1.1_train_meta_data"',
+      "PREDICT_FILE": f'"{tmp_path}/dev_subset.json"',
+      "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": 3,
+      "STEPS_PER_LOOP": 3,
+  }
+  args = ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
+      f"--gin_param={k}={v}" for k, v in params.items()]
+  assert cli.main(["train"] + args) == 0
+  summary = json.loads((tmp_path / "run" / "training_summary.json").read_text())
+  assert set(summary["eval_metrics"]) >= {"exact_match", "f1"}
+  assert 0 <= summary["eval_metrics"]["f1"] <= 100
+  assert summary["selection_metric"] == "f1"
+  assert cli.main(["train", "--mode=predict"] + args) == 0
+  predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
+  nbest = json.loads((tmp_path / "run" / "nbest_predictions.json").read_text())
+  assert len(predictions) == 20 and set(predictions) == set(nbest)
+  first = next(iter(nbest.values()))
+  assert 1 <= len(first) <= 20
+  assert abs(sum(c["probability"] for c in first) - 1) < 1e-5
+  assert set(first[0]) == {"text", "probability", "start_logit", "end_logit"}
+  # evaluate-squad on the written predictions gives the in-loop scores.
+  assert cli.main(["evaluate-squad", f"{tmp_path}/dev_subset.json",
+                   f"{tmp_path}/run/predictions.json",
+                   f"--out-file={tmp_path}/scores.json"]) == 0
+  scores = json.loads((tmp_path / "scores.json").read_text())
+  assert set(scores) == {"exact_match", "f1"}

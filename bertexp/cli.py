@@ -153,7 +153,20 @@ def cmd_evaluate_squad(args):
   import json
   from bertexp import fileio
   from bertexp import squad_metrics
-  result = squad_metrics.evaluate_files(args.data_file, args.pred_file,
+  pred_file = args.pred_file
+  if args.best_threshold_output:
+    if not (args.nbest_file and args.na_prob_file):
+      raise ValueError("--best_threshold_output needs --nbest-file and "
+                       "--na-prob-file")
+    threshold, predictions = squad_metrics.rethreshold(
+        squad_metrics.load_json(args.data_file, "dataset"),
+        fileio.read_json(args.nbest_file),
+        squad_metrics.load_json(args.na_prob_file, "null odds"))
+    fileio.write_json(args.best_threshold_output, predictions)
+    print(f"best-F1 null threshold {threshold:.4f}: wrote "
+          f"{args.best_threshold_output}", flush=True)
+    pred_file = args.best_threshold_output
+  result = squad_metrics.evaluate_files(args.data_file, pred_file,
                                         args.na_prob_file, args.na_prob_thresh)
   if args.out_file:
     fileio.write_json(args.out_file, result)
@@ -229,6 +242,10 @@ def build_parser():
   squad.add_argument("--na-prob-file", "-n", help="null odds JSON (v2.0)")
   squad.add_argument("--na-prob-thresh", "-t", type=float, default=1.0,
                      help="predict no answer above these null odds")
+  squad.add_argument("--nbest-file", help="nbest_predictions.json (v2.0)")
+  squad.add_argument("--best_threshold_output",
+                     help="write predictions re-thresholded at the best-F1 "
+                          "null threshold here, then score them (v2.0)")
   squad.set_defaults(func=cmd_evaluate_squad)
   return parser
 

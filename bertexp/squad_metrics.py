@@ -10,6 +10,7 @@ v2.0: unanswerable questions have the gold answer ""; a question without a
 Scores are percentages, as the official scripts print them.
 """
 import collections
+import io
 import re
 import string
 import sys
@@ -184,3 +185,19 @@ def evaluate_files(data_file, pred_file, na_prob_file=None,
     na_probs = load_json(na_prob_file, "null odds") if na_prob_file else None
     return evaluate_v2(dataset, predictions, na_probs, na_prob_threshold)
   return evaluate_v1(dataset, predictions)
+
+
+def rethreshold(dataset, nbest, null_odds):
+  """google-research's two-pass v2.0 recipe in one step: the threshold that
+  maximises F1 on `dataset`, and the predictions it gives.
+
+  nbest: {qid: [{"text": ...}, ...]} as written by predict; null_odds:
+  {qid: null score - best non-null score}. Returns (threshold, predictions).
+  """
+  best_text = {qid: next((c["text"] for c in candidates if c["text"]), "")
+               for qid, candidates in nbest.items()}
+  # Score the non-null answers; the sweep decides where "no answer" wins.
+  scores = evaluate_v2(dataset, best_text, null_odds, log=io.StringIO())
+  threshold = scores["best_f1_thresh"]
+  return threshold, {qid: (text if null_odds[qid] <= threshold else "")
+                     for qid, text in best_text.items()}

@@ -100,3 +100,26 @@ def test_bad_input(tmp_path, capsys, data, preds, message):
                    str(tmp_path / "pred.json")])
   assert code == 2
   assert message in capsys.readouterr().err
+
+
+def test_rethreshold_two_pass_in_one(tmp_path, capsys):
+  data = _dataset([("a1", ["red"], False), ("a2", ["blue sky"], False),
+                   ("n1", [], True), ("n2", [], True)], version="v2.0")
+  nbest = {"a1": [{"text": "red"}], "a2": [{"text": ""}, {"text": "blue sky"}],
+           "n1": [{"text": "x"}], "n2": [{"text": "green"}]}
+  odds = {"a1": -3.0, "a2": -1.0, "n1": 2.0, "n2": 0.5}
+  threshold, predictions = sm.rethreshold(data, nbest, odds)
+  # answering a1 and a2 and abstaining on n1/n2 is perfect: threshold -1.0
+  assert threshold == pytest.approx(-1.0)
+  assert predictions == {"a1": "red", "a2": "blue sky", "n1": "", "n2": ""}
+  for name, value in (("dev.json", data), ("nbest.json", nbest), ("odds.json", odds),
+                      ("pred.json", {k: "" for k in odds})):
+    (tmp_path / name).write_text(json.dumps(value))
+  assert cli.main(["evaluate-squad", str(tmp_path / "dev.json"),
+                   str(tmp_path / "pred.json"), "--na-prob-file",
+                   str(tmp_path / "odds.json"), "--nbest-file",
+                   str(tmp_path / "nbest.json"), "--na-prob-thresh", "-1.0",
+                   f"--best_threshold_output={tmp_path / 'best.json'}"]) == 0
+  out = capsys.readouterr().out
+  scores = json.loads(out[out.index("{"):])
+  assert scores["exact"] == pytest.approx(100.0)

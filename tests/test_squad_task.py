@@ -60,3 +60,47 @@ def test_squad_train_eval_predict(tmp_path):
                    f"--out-file={tmp_path}/scores.json"]) == 0
   scores = json.loads((tmp_path / "scores.json").read_text())
   assert set(scores) == {"exact_match", "f1"}
+
+
+def test_squad_v2_shaped_run_reports_null_scores(tmp_path):
+  """v2.0 shape (unanswerable questions derived from v1.1, see demo_data)."""
+  requires_minilm()
+  demo_data.squad_subset(str(tmp_path), train_questions=48, dev_questions=40)
+  for name in ("train_subset.json", "dev_subset.json"):
+    v1 = json.loads((tmp_path / name).read_text())
+    v2 = demo_data.squad_v2_from_v1(v1, seed=1)
+    (tmp_path / name.replace("subset", "v2")).write_text(json.dumps(v2))
+  vocab = os.path.join(MINILM_HF, "vocab.txt")
+  # A v2.0 file without the flag is the most reported mistake: a clear error.
+  assert cli.main(["prepare", "squad", f"--squad_file={tmp_path}/train_v2.json",
+                   f"--vocab_file={vocab}", f"--output_dir={tmp_path}/data"]) == 2
+  assert cli.main(["prepare", "squad", f"--squad_file={tmp_path}/train_v2.json",
+                   "--version_2_with_negative", f"--vocab_file={vocab}",
+                   f"--output_dir={tmp_path}/data", "--max_seq_length=128",
+                   "--doc_stride=64", "--max_query_length=32"]) == 0
+  meta = json.loads((tmp_path / "data" / "squad_v2.0_train_meta_data").read_text())
+  assert meta["impossible_questions"] > 0
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
+                                    max_position_embeddings=128)))
+  params = {
+      "MODEL_DIR": f'"{tmp_path}/run"', "BERT_CONFIG_FILE": f'"{config}"',
+      "INIT_CHECKPOINT": "None", "VOCAB_FILE": f'"{vocab}"',
+      "VERSION_2_WITH_NEGATIVE": "True",
+      "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_v2.0_train.tf_record"',
+      "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_v2.0_train_meta_data"',
+      "PREDICT_FILE": f'"{tmp_path}/dev_v2.json"',
+      "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": 2,
+      "STEPS_PER_LOOP": 2,
+  }
+  args = ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
+      f"--gin_param={k}={v}" for k, v in params.items()]
+  assert cli.main(["train"] + args) == 0
+  metrics = json.loads((tmp_path / "run" / "training_summary.json").read_text())[
+      "eval_metrics"]
+  for key in ("exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"):
+    assert key in metrics
+  assert cli.main(["train", "--mode=predict"] + args) == 0
+  odds = json.loads((tmp_path / "run" / "null_odds.json").read_text())
+  predictions = json.loads((tmp_path / "run" / "predictions.json").read_text())
+  assert set(odds) == set(predictions) and len(odds) > 40

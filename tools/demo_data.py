@@ -178,6 +178,37 @@ def squad_subset(output_dir, train_questions, dev_questions):
     print(f"{name}: {count} questions from {source}")
 
 
+def squad_v2_from_v1(dataset, seed=0, fraction=0.5):
+  """A SQuAD v2.0-shaped dataset from v1.1: every question stays answerable
+  (is_impossible false) and a `fraction` of them is also asked, as an
+  unanswerable question, about a paragraph of another article (of another
+  paragraph when the data has one article). Real v2.0
+  data is not on PyPI; this gives its shape, not its difficulty."""
+  import copy
+  rng = random.Random(seed)
+  data = copy.deepcopy(dataset["data"])
+  places = [(a, p) for a, article in enumerate(data)
+            for p in range(len(article["paragraphs"]))]
+  if len(places) < 2:
+    raise SystemExit("squad_v2_from_v1 needs at least two paragraphs")
+  for article in data:
+    for paragraph in article["paragraphs"]:
+      for qa in paragraph["qas"]:
+        qa["is_impossible"] = False
+  for a, article in enumerate(dataset["data"]):
+    for p, paragraph in enumerate(article["paragraphs"]):
+      # Another article's paragraph where there is one, else another paragraph.
+      others = [x for x in places if x[0] != a] or [x for x in places if x != (a, p)]
+      for qa in paragraph["qas"]:
+        if rng.random() >= fraction:
+          continue
+        oa, op = rng.choice(others)
+        data[oa]["paragraphs"][op]["qas"].append({
+            "id": qa["id"] + "_impossible", "question": qa["question"],
+            "answers": [], "is_impossible": True})
+  return {"version": "v2.0", "data": data}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)

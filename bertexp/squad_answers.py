@@ -9,6 +9,7 @@ from the original context, keeping its case and punctuation.
 """
 import collections
 import dataclasses
+import functools
 import math
 import unicodedata
 
@@ -26,6 +27,7 @@ class Candidate:
     return self.start_logit + self.end_logit
 
 
+@functools.lru_cache(maxsize=None)
 def _is_punctuation(ch):
   cp = ord(ch)
   if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
@@ -33,9 +35,18 @@ def _is_punctuation(ch):
   return unicodedata.category(ch).startswith("P")
 
 
+# ASCII punctuation -> " p ": str.translate does it in C.
+_SPACE_ASCII_PUNCTUATION = str.maketrans(
+    {chr(c): f" {chr(c)} " for c in range(128) if _is_punctuation(chr(c))})
+
+
 def _normalised_pieces(text, do_lower_case):
   """The text as the tokenizer's pre-WordPiece words (lower case, accents
   stripped, punctuation apart), joined by spaces."""
+  if text.isascii():       # the common case, in C
+    if do_lower_case:
+      text = text.lower()
+    return " ".join(text.translate(_SPACE_ASCII_PUNCTUATION).split())
   if do_lower_case:
     text = "".join(c for c in unicodedata.normalize("NFD", text.lower())
                    if unicodedata.category(c) != "Mn")
@@ -43,41 +54,47 @@ def _normalised_pieces(text, do_lower_case):
   return " ".join(spaced.split())
 
 
-def _without_spaces(text):
-  """Text without spaces, and for each kept char its index in `text`."""
-  kept, index = [], []
-  for i, ch in enumerate(text):
-    if ch != " ":
-      kept.append(ch)
-      index.append(i)
-  return "".join(kept), index
-
-
+@functools.lru_cache(maxsize=1 << 16)
 def final_text(predicted, original, do_lower_case):
   """The span of `original` that the (normalised) `predicted` text covers.
 
   E.g. predicted "steve smith", original "Steve Smith's" -> "Steve Smith".
-  Falls back to `original` when the two cannot be aligned char by char.
+  Falls back to `original` when the two cannot be aligned char by char
+  (ignoring spaces), e.g. when normalisation changed the length.
   """
   normalised = _normalised_pieces(original, do_lower_case)
   start = normalised.find(predicted)
   if start < 0:
     return original
-  end = start + len(predicted) - 1
-  original_chars, original_index = _without_spaces(original)
-  normalised_chars, normalised_index = _without_spaces(normalised)
-  if len(original_chars) != len(normalised_chars):
-    return original          # normalisation changed the length: no alignment
-  to_stripped = {n: i for i, n in enumerate(normalised_index)}
-  if start not in to_stripped or end not in to_stripped:
+  if (len(original) - original.count(" ") !=
+      len(normalised) - normalised.count(" ")):
     return original
-  first = original_index[to_stripped[start]]
-  last = original_index[to_stripped[end]]
-  return original[first:last + 1]
+  # The k-th non-space character of one is the k-th of the other.
+  first_k = start - normalised.count(" ", 0, start)
+  last_k = first_k + len(predicted) - predicted.count(" ") - 1
+  return original[_nth_non_space(original, first_k):
+                  _nth_non_space(original, last_k) + 1]
+
+
+def _nth_non_space(text, k):
+  """Index in `text` of its k-th (0-based) character that is not a space."""
+  position = 0
+  for word in text.split(" "):
+    if k < len(word):
+      return position + k
+    k -= len(word)
+    position += len(word) + 1
+  raise IndexError(k)
 
 
 def _top(logits, n):
-  return [int(i) for i in np.argsort(-np.asarray(logits), kind="stable")[:n]]
+  """Indices of the n largest logits, largest first."""
+  logits = np.asarray(logits)
+  if n < len(logits):
+    part = np.argpartition(-logits, n - 1)[:n]
+  else:
+    part = np.arange(len(logits))
+  return part[np.argsort(-logits[part], kind="stable")].tolist()
 
 
 def _pieces_text(tokens):
@@ -97,16 +114,20 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
       score = start_logits[0] + end_logits[0]
       if null is None or score < null.score:
         null = Candidate("", float(start_logits[0]), float(end_logits[0]))
-    for s in _top(start_logits, n_best_size):
-      for e in _top(end_logits, n_best_size):
-        if s not in feature.token_to_word or e not in feature.token_to_word:
-          continue
-        if e < s or e - s + 1 > max_answer_length:
-          continue
-        if not feature.token_is_max_context.get(s, False):
-          continue
-        spans.append((float(start_logits[s] + end_logits[e]), feature, s, e,
-                      float(start_logits[s]), float(end_logits[e])))
+    starts = np.array(_top(start_logits, n_best_size))                # [n]
+    ends = np.array(_top(end_logits, n_best_size))                    # [n]
+    # A span starts at a context token with maximal context in this window
+    # and ends at a context token, within max_answer_length.
+    good_start = np.array([feature.token_is_max_context.get(int(p), False)
+                           for p in starts])
+    good_end = np.array([int(p) in feature.token_to_word for p in ends])
+    length = ends[None, :] - starts[:, None] + 1                      # [n, n]
+    ok = (good_start[:, None] & good_end[None, :] & (length >= 1) &
+          (length <= max_answer_length))
+    for i, j in zip(*np.nonzero(ok)):
+      s, e = int(starts[i]), int(ends[j])
+      spans.append((float(start_logits[s] + end_logits[e]), feature, s, e,
+                    float(start_logits[s]), float(end_logits[e])))
   spans.sort(key=lambda x: -x[0])
   candidates, seen = [], set()
   for _, feature, s, e, start_logit, end_logit in spans:

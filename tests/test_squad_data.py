@@ -96,3 +96,37 @@ def test_real_dev_answers_land_on_their_tokens():
   # Every question's answer is inside at least one window of its example.
   assert {f.example_index for f in answered} == set(range(len(subset)))
   assert exact / len(answered) > 0.95
+
+
+@pytest.mark.parametrize("num_tokens,max_tokens,stride", [(10, 4, 2), (50, 7, 3),
+                                                           (9, 9, 4), (31, 8, 8)])
+def test_vectorised_max_context_equals_rule(num_tokens, max_tokens, stride):
+  windows = squad.doc_windows(num_tokens, max_tokens, stride)
+  best = squad.best_windows(windows, num_tokens)
+  for position in range(num_tokens):
+    for index in range(len(windows)):
+      assert (best[position] == index) == squad.is_max_context(
+          windows, index, position)
+
+
+@pytest.mark.parametrize("context,answer", [
+    ("He said: \u201cIt\u2019s  over\u201d\t(finally).", "It\u2019s  over"),
+    ("Caf\u00e9 na\u00efve\u00a0r\u00e9sum\u00e9 costs $12.50!", "$12.50"),
+    ("\u5317\u4eac\u662f\u9996\u90fd\u3002 Beijing is big.", "\u5317\u4eac"),
+    ("Line one.\nLine\u202ftwo  ends here.", "two  ends"),
+])
+def test_span_mapping_with_punctuation_unicode_whitespace(tmp_path, context, answer):
+  requires_minilm()
+  start = context.index(answer)
+  path = _write(tmp_path, [{"id": "x", "question": "what?",
+                            "answers": [{"text": answer, "answer_start": start}]}],
+                context=context)
+  examples, stats = squad.read_examples(path, is_training=True,
+                                        version_2_with_negative=False)
+  assert stats.skipped_answer_not_found == 0
+  tok = tokenization.Tokenizer(os.path.join(MINILM_HF, "vocab.txt"))
+  (feature,) = squad.convert_examples(examples, tok, max_seq_length=64,
+                                     doc_stride=32, max_query_length=8,
+                                     is_training=True)
+  span = feature.input_word_ids[feature.start_position:feature.end_position + 1]
+  assert span == list(tok.tokenize([answer])[0])

@@ -124,6 +124,38 @@ def bench_prepare(num_pairs, vocab_file):
   return seconds, size
 
 
+def bench_squad(vocab_file, dev_file):
+  """Full dev-v1.1: windowing (384/128/64) and post-processing + scoring of
+  given logits (random here: the work does not depend on their values)."""
+  from bertexp import squad_answers
+  from bertexp import squad_metrics
+  from bertexp import tokenization
+  from bertexp.data import squad
+  start = time.perf_counter()
+  examples, _ = squad.read_examples(dev_file, is_training=False,
+                                    version_2_with_negative=False)
+  tokenizer = tokenization.Tokenizer(vocab_file)
+  features = squad.convert_examples(examples, tokenizer, max_seq_length=384,
+                                    doc_stride=128, max_query_length=64,
+                                    is_training=False)
+  prepare_seconds = time.perf_counter() - start
+  rng = np.random.RandomState(0)
+  logits = {f.unique_id: (rng.randn(384).astype(np.float32),
+                          rng.randn(384).astype(np.float32)) for f in features}
+  dataset = squad_metrics.load_json(dev_file, "dataset")
+  start = time.perf_counter()
+  predictions, _, _ = squad_answers.predict_answers(examples, features, logits,
+                                                    tokenizer.vocab)
+  post_seconds = time.perf_counter() - start
+  start = time.perf_counter()
+  squad_metrics.evaluate_v1(dataset, predictions)
+  eval_seconds = time.perf_counter() - start
+  print(f"squad dev-v1.1: {len(examples)} questions -> {len(features)} windows in "
+        f"{prepare_seconds:.1f} s (target <= 6 s); post-processing "
+        f"{post_seconds:.1f} s + evaluation {eval_seconds:.1f} s = "
+        f"{post_seconds + eval_seconds:.1f} s (target <= 4 s)", flush=True)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--shapes", default="tiny,base")
@@ -133,6 +165,7 @@ def main():
   parser.add_argument("--prepare_pairs", type=int, default=393_000)
   parser.add_argument("--vocab_file", default=".cache/minilm_hf/vocab.txt")
   parser.add_argument("--skip_train", action="store_true")
+  parser.add_argument("--squad_dev", default=".cache/squad/dev-v1.1.json")
   args = parser.parse_args()
   if not args.skip_train:
     print(f"{'shape':6} {'precision':15} {'bertexp ex/s':>13} "
@@ -142,6 +175,8 @@ def main():
         ours, theirs = bench_train(shape, precision, args.windows, args.steps)
         print(f"{shape:6} {precision:15} {ours:13.1f} {theirs:17.1f} "
               f"{ours / theirs:6.2f}", flush=True)
+  if args.squad_dev:
+    bench_squad(args.vocab_file, args.squad_dev)
   if args.prepare_pairs:
     seconds, size = bench_prepare(args.prepare_pairs, args.vocab_file)
     print(f"prepare: {args.prepare_pairs} sentence pairs (seq 128) -> TFRecord "

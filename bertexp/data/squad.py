@@ -179,23 +179,50 @@ def _improve_span(doc_pieces, start, end, answer_pieces):
   return start, end
 
 
+def best_windows(windows, num_tokens):
+  """For every context token, the index of the window where it has the most
+  context (vectorised is_max_context; the first window wins ties)."""
+  import numpy as np
+  positions = np.arange(num_tokens)
+  scores = np.full([len(windows), num_tokens], -np.inf)
+  for index, (start, length) in enumerate(windows):
+    end = start + length - 1
+    inside = (positions >= start) & (positions <= end)
+    score = np.minimum(positions - start, end - positions) + 0.01 * length
+    scores[index] = np.where(inside, score, -np.inf)
+  return np.argmax(scores, axis=0) if num_tokens else np.zeros(0, np.int64)
+
+
+def _context_pieces(doc_tokens, word_pieces):
+  piece_to_word, word_to_piece, doc_pieces = [], [], []
+  for w, word in enumerate(doc_tokens):
+    word_to_piece.append(len(doc_pieces))
+    pieces = word_pieces[word]
+    piece_to_word.extend([w] * len(pieces))
+    doc_pieces.extend(int(p) for p in pieces)
+  return piece_to_word, word_to_piece, doc_pieces
+
+
 def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
                      max_query_length, is_training, first_unique_id=0):
-  """Examples -> windowed features (training: with start/end positions)."""
+  """Examples -> windowed features (training: with start/end positions).
+
+  doc_stride is google-research's: the step between window starts (Hugging
+  Face's `stride` is the overlap instead).
+  """
   words = sorted({w for e in examples for w in e.doc_tokens})
   word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}
   questions = tokenizer.tokenize([e.question for e in examples])
   answers = (tokenizer.tokenize([e.answer_text for e in examples])
              if is_training else None)
+  contexts, layouts = {}, {}   # per paragraph (questions share doc_tokens)
   features, unique_id = [], first_unique_id
   for index, example in enumerate(examples):
-    query = list(questions[index][:max_query_length])
-    piece_to_word, word_to_piece, doc_pieces = [], [], []
-    for w, word in enumerate(example.doc_tokens):
-      word_to_piece.append(len(doc_pieces))
-      for piece in word_pieces[word]:
-        piece_to_word.append(w)
-        doc_pieces.append(int(piece))
+    query = [int(i) for i in questions[index][:max_query_length]]
+    key = id(example.doc_tokens)
+    if key not in contexts:
+      contexts[key] = _context_pieces(example.doc_tokens, word_pieces)
+    piece_to_word, word_to_piece, doc_pieces = contexts[key]
     start_piece = end_piece = None
     if is_training and not example.is_impossible:
       start_piece = word_to_piece[example.start_word]
@@ -208,28 +235,28 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
     if max_tokens < 1:
       raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
                        f"the context after a {len(query)}-piece question")
-    windows = doc_windows(len(doc_pieces), max_tokens, doc_stride)
+    if (key, max_tokens) not in layouts:
+      windows = doc_windows(len(doc_pieces), max_tokens, doc_stride)
+      layouts[(key, max_tokens)] = (windows, best_windows(windows, len(doc_pieces)))
+    windows, best = layouts[(key, max_tokens)]
+    prefix = [tokenizer.cls_id] + query + [tokenizer.sep_id]
+    offset = len(prefix)
     for window_index, (start, length) in enumerate(windows):
-      ids = [tokenizer.cls_id] + query + [tokenizer.sep_id]
-      type_ids = [0] * len(ids)
-      token_to_word, max_context = {}, {}
-      for i in range(length):
-        token_to_word[len(ids)] = piece_to_word[start + i]
-        max_context[len(ids)] = is_max_context(windows, window_index, start + i)
-        ids.append(doc_pieces[start + i])
-      ids.append(tokenizer.sep_id)
-      type_ids += [1] * (length + 1)
-      mask = [1] * len(ids)
+      ids = prefix + doc_pieces[start:start + length] + [tokenizer.sep_id]
+      positions = range(offset, offset + length)
+      token_to_word = dict(zip(positions, piece_to_word[start:start + length]))
+      max_context = dict(zip(positions, (best[start:start + length] ==
+                                         window_index).tolist()))
       padding = max_seq_length - len(ids)
       feature = SquadFeature(
           unique_id, index, window_index, ids + [tokenizer.pad_id] * padding,
-          mask + [0] * padding, type_ids + [0] * padding, token_to_word,
+          [1] * len(ids) + [0] * padding,
+          [0] * offset + [1] * (length + 1) + [0] * padding, token_to_word,
           max_context)
       if start_piece is not None and start <= start_piece and \
           end_piece <= start + length - 1:
-        offset = len(query) + 2 - start
-        feature.start_position = start_piece + offset
-        feature.end_position = end_piece + offset
+        feature.start_position = start_piece + offset - start
+        feature.end_position = end_piece + offset - start
       features.append(feature)
       unique_id += 1
   return features

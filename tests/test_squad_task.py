@@ -13,6 +13,19 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import demo_data  # noqa: E402
 
 
+def _train_args(tmp_path, config, vocab, version, predict_file, steps, **more):
+  params = dict({
+      "MODEL_DIR": f'"{tmp_path}/run"', "BERT_CONFIG_FILE": f'"{config}"',
+      "INIT_CHECKPOINT": "None", "VOCAB_FILE": f'"{vocab}"',
+      "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_{version}_train.tf_record"',
+      "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_{version}_train_meta_data"',
+      "PREDICT_FILE": f'"{tmp_path}/{predict_file}"',
+      "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": steps,
+      "STEPS_PER_LOOP": steps}, **more)
+  return ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
+      f"--gin_param={k}={v}" for k, v in params.items()]
+
+
 def test_squad_train_eval_predict(tmp_path):
   requires_minilm()
   demo_data.squad_subset(str(tmp_path), train_questions=64, dev_questions=20)
@@ -28,19 +41,8 @@ def test_squad_train_eval_predict(tmp_path):
                    "--max_query_length=32"]) == 0
   meta = json.loads((tmp_path / "data" / "squad_v1.1_train_meta_data").read_text())
   assert meta["num_questions"] == 64 and meta["train_data_size"] >= 64
-  params = {
-      "MODEL_DIR": f'"{tmp_path}/run"',
-      "BERT_CONFIG_FILE": f'"{config}"',
-      "INIT_CHECKPOINT": f'"{tmp_path}/init/bert_model.ckpt"',
-      "VOCAB_FILE": f'"{vocab}"',
-      "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_v1.1_train.tf_record"',
-      "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_v1.1_train_meta_data"',
-      "PREDICT_FILE": f'"{tmp_path}/dev_subset.json"',
-      "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": 3,
-      "STEPS_PER_LOOP": 3,
-  }
-  args = ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
-      f"--gin_param={k}={v}" for k, v in params.items()]
+  args = _train_args(tmp_path, config, vocab, "v1.1", "dev_subset.json", steps=3,
+                     INIT_CHECKPOINT=f'"{tmp_path}/init/bert_model.ckpt"')
   assert cli.main(["train"] + args) == 0
   summary = json.loads((tmp_path / "run" / "training_summary.json").read_text())
   assert set(summary["eval_metrics"]) >= {"exact_match", "f1"}
@@ -83,18 +85,8 @@ def test_squad_v2_shaped_run_reports_null_scores(tmp_path):
   config = tmp_path / "bert_config.json"
   config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
                                     max_position_embeddings=128)))
-  params = {
-      "MODEL_DIR": f'"{tmp_path}/run"', "BERT_CONFIG_FILE": f'"{config}"',
-      "INIT_CHECKPOINT": "None", "VOCAB_FILE": f'"{vocab}"',
-      "VERSION_2_WITH_NEGATIVE": "True",
-      "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_v2.0_train.tf_record"',
-      "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_v2.0_train_meta_data"',
-      "PREDICT_FILE": f'"{tmp_path}/dev_v2.json"',
-      "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": 2,
-      "STEPS_PER_LOOP": 2,
-  }
-  args = ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
-      f"--gin_param={k}={v}" for k, v in params.items()]
+  args = _train_args(tmp_path, config, vocab, "v2.0", "dev_v2.json", steps=2,
+                     VERSION_2_WITH_NEGATIVE="True")
   assert cli.main(["train"] + args) == 0
   metrics = json.loads((tmp_path / "run" / "training_summary.json").read_text())[
       "eval_metrics"]

@@ -35,23 +35,32 @@ def _is_punctuation(ch):
   return unicodedata.category(ch).startswith("P")
 
 
-# ASCII punctuation -> " p ": str.translate does it in C.
-_SPACE_ASCII_PUNCTUATION = str.maketrans(
-    {chr(c): f" {chr(c)} " for c in range(128) if _is_punctuation(chr(c))})
+class _CharTable(dict):
+  """A str.translate table filled on first sight of each character, so the
+  per-character Python work happens once per distinct character."""
+
+  def __init__(self, rule):
+    super().__init__()
+    self.rule = rule
+
+  def __missing__(self, code):
+    self[code] = self.rule(chr(code))
+    return self[code]
+
+
+# Punctuation -> " p " (split apart); combining marks (accents after NFD) -> "".
+_SPACE_PUNCTUATION = _CharTable(lambda c: f" {c} " if _is_punctuation(c) else c)
+_DROP_MARKS = _CharTable(lambda c: "" if unicodedata.category(c) == "Mn" else c)
 
 
 def _normalised_pieces(text, do_lower_case):
   """The text as the tokenizer's pre-WordPiece words (lower case, accents
   stripped, punctuation apart), joined by spaces."""
-  if text.isascii():       # the common case, in C
-    if do_lower_case:
-      text = text.lower()
-    return " ".join(text.translate(_SPACE_ASCII_PUNCTUATION).split())
   if do_lower_case:
-    text = "".join(c for c in unicodedata.normalize("NFD", text.lower())
-                   if unicodedata.category(c) != "Mn")
-  spaced = "".join(f" {c} " if _is_punctuation(c) else c for c in text)
-  return " ".join(spaced.split())
+    text = text.lower()
+    if not text.isascii():
+      text = unicodedata.normalize("NFD", text).translate(_DROP_MARKS)
+  return " ".join(text.translate(_SPACE_PUNCTUATION).split())
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -63,6 +72,8 @@ def final_text(predicted, original, do_lower_case):
   (ignoring spaces), e.g. when normalisation changed the length.
   """
   normalised = _normalised_pieces(original, do_lower_case)
+  if normalised == predicted:
+    return original          # the span covers whole words: nothing to trim
   start = normalised.find(predicted)
   if start < 0:
     return original
@@ -108,7 +119,7 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
 
   Returns (n-best candidates, best, null score diff or None).
   """
-  spans, null = [], None
+  spans, null = [], None   # spans: per window (scores, starts, ends) arrays
   for feature, start_logits, end_logits in windows:
     if version_2_with_negative:
       score = start_logits[0] + end_logits[0]
@@ -124,23 +135,26 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
     length = ends[None, :] - starts[:, None] + 1                      # [n, n]
     ok = (good_start[:, None] & good_end[None, :] & (length >= 1) &
           (length <= max_answer_length))
-    for i, j in zip(*np.nonzero(ok)):
-      s, e = int(starts[i]), int(ends[j])
-      spans.append((float(start_logits[s] + end_logits[e]), feature, s, e,
-                    float(start_logits[s]), float(end_logits[e])))
-  spans.sort(key=lambda x: -x[0])
+    i, j = np.nonzero(ok)
+    spans.append((start_logits[starts[i]] + end_logits[ends[j]], starts[i],
+                  ends[j], np.full(len(i), len(spans))))
   candidates, seen = [], set()
-  for _, feature, s, e, start_logit, end_logit in spans:
-    if len(candidates) >= n_best_size:
-      break
-    pieces = [vocab[i] for i in feature.input_word_ids[s:e + 1]]
-    words = example.doc_tokens[feature.token_to_word[s]:
-                               feature.token_to_word[e] + 1]
-    text = final_text(_pieces_text(pieces), " ".join(words), do_lower_case)
-    if text in seen:
-      continue
-    seen.add(text)
-    candidates.append(Candidate(text, start_logit, end_logit))
+  if spans:
+    scores, starts, ends, window = (np.concatenate(x) for x in zip(*spans))
+    for k in np.argsort(-scores, kind="stable"):
+      if len(candidates) >= n_best_size:
+        break
+      feature, start_logits, end_logits = windows[window[k]]
+      s, e = int(starts[k]), int(ends[k])
+      pieces = [vocab[i] for i in feature.input_word_ids[s:e + 1]]
+      words = example.doc_tokens[feature.token_to_word[s]:
+                                 feature.token_to_word[e] + 1]
+      text = final_text(_pieces_text(pieces), " ".join(words), do_lower_case)
+      if text in seen:
+        continue
+      seen.add(text)
+      candidates.append(Candidate(text, float(start_logits[s]),
+                                  float(end_logits[e])))
   if null is not None:
     candidates.append(null)
     candidates.sort(key=lambda c: -c.score)

@@ -10,18 +10,20 @@ v2.0: unanswerable questions have the gold answer ""; a question without a
 Scores are percentages, as the official scripts print them.
 """
 import collections
+import functools
 import io
 import re
 import string
 import sys
 
-_PUNCTUATION = set(string.punctuation)
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_answer(text):
   """Lower case, drop punctuation and articles, fold whitespace."""
-  text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+  text = text.lower().translate(_DROP_PUNCTUATION)
   text = _ARTICLES.sub(" ", text)
   return " ".join(text.split())
 
@@ -34,7 +36,7 @@ def f1_score(gold, prediction, empty_matches_empty):
   """Token-overlap F1. v2.0 scores two empty answers 1 (empty_matches_empty);
   v1.1 scores any pair without a common token 0."""
   gold_tokens = normalize_answer(gold).split()
-  pred_tokens = normalize_answer(prediction).split()
+  pred_tokens = normalize_answer(prediction).split()  # cached: cheap per gold
   if empty_matches_empty and (not gold_tokens or not pred_tokens):
     return float(gold_tokens == pred_tokens)
   common = collections.Counter(gold_tokens) & collections.Counter(pred_tokens)

@@ -62,6 +62,15 @@ def test_squad_train_eval_predict(tmp_path):
                    f"--out-file={tmp_path}/scores.json"]) == 0
   scores = json.loads((tmp_path / "scores.json").read_text())
   assert set(scores) == {"exact_match", "f1"}
+  assert cli.main(["train", "--mode=export"] + args) == 0
+  (version,) = os.listdir(tmp_path / "run" / "export")
+  import tensorflow as tf
+  serve = tf.saved_model.load(str(tmp_path / "run" / "export" / version)
+                              ).signatures["serving_default"]
+  ids = tf.constant([[2] + [2000] * 10 + [3]], tf.int32)
+  out = serve(input_word_ids=ids, input_mask=tf.ones_like(ids),
+              input_type_ids=tf.zeros_like(ids))
+  assert out["start_logits"].shape == (1, 12) and out["end_logits"].shape == (1, 12)
 
 
 def test_squad_v2_shaped_run_reports_null_scores(tmp_path):

@@ -45,6 +45,10 @@ class Task(abc.ABC):
     """{split name: number of examples} to evaluate on."""
     return {}
 
+  def serving_outputs(self, outputs) -> Dict[str, tf.Tensor]:
+    """What the exported SavedModel returns for the model's outputs."""
+    raise NotImplementedError(f"{type(self).__name__} cannot be exported")
+
   def predict_splits(self):
     """Splits that --mode=predict writes predictions for."""
     return []

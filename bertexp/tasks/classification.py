@@ -150,6 +150,11 @@ class ClassificationTask(base.Task):
                                                    outputs))
     return result
 
+  def serving_outputs(self, outputs):
+    if self.is_regression:
+      return {"value": outputs[:, 0]}                                # [B]
+    return {"probabilities": tf.nn.softmax(outputs, axis=-1)}        # [B, L]
+
   def predict_splits(self):
     return list(self.test_paths)
 

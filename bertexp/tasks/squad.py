@@ -131,6 +131,9 @@ class QuestionAnsweringTask(base.Task):
   def predict_splits(self):
     return ["eval"] if self.predict_file else []
 
+  def serving_outputs(self, outputs):
+    return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
+
   def per_example_loss(self, labels, outputs):
     # outputs [B, S, 2] logits; labels [B, 2] start/end positions
     start = tf_keras.losses.sparse_categorical_crossentropy(

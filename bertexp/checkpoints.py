@@ -241,14 +241,12 @@ def write_checkpoint_folder(encoder, vocab_file, output_dir):
   return output_dir
 
 
-def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
-  """HF BERT folder (model.safetensors, config.json, vocab.txt) -> bertexp."""
-  config = hf_config(fileio.join(input_dir, "config.json"))
-  tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"))
+def _convert(tensors, config, vocab_file, output_dir, tolerance, source):
+  """HF-named float32 tensors -> checked, written bertexp checkpoint folder."""
   encoder = modeling.BertEncoder(config, name="encoder").build_variables()
   report = assign(encoder, tensors, hf_assignments(encoder, tensors))
   if report.missing:
-    raise ValueError(f"{input_dir}: the checkpoint lacks encoder tensors:\n  " +
+    raise ValueError(f"{source}: the checkpoint lacks encoder tensors:\n  " +
                      "\n  ".join(report.missing))
   report.max_abs_diff = parity(
       encoder, lambda *inputs: numpy_forward(tensors, config, *inputs))
@@ -258,7 +256,67 @@ def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   if worst > tolerance:
     raise ValueError(f"parity check failed: max abs diff {worst:.3g} > "
                      f"{tolerance:g}; nothing written")
-  write_checkpoint_folder(encoder, fileio.join(input_dir, "vocab.txt"),
-                          output_dir)
+  write_checkpoint_folder(encoder, vocab_file, output_dir)
   print(f"wrote bertexp checkpoint folder {output_dir}", flush=True)
+  return report
+
+
+def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
+  """HF BERT folder (model.safetensors, config.json, vocab.txt) -> bertexp."""
+  config = hf_config(fileio.join(input_dir, "config.json"))
+  tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"))
+  return _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
+                  output_dir, tolerance, input_dir)
+
+
+# -- google-research/bert TF1 checkpoints -------------------------------------------
+
+def tf1_to_hf_name(name):
+  """`bert/encoder/layer_3/attention/self/query/kernel` ->
+  (`encoder.layer.3.attention.self.query.weight`, transpose?). None: not
+  part of the encoder (e.g. `cls/...` pre-training heads, optimizer slots)."""
+  if not name.startswith("bert/"):
+    return None
+  parts = name[len("bert/"):].split("/")
+  if parts[-1] in ("adam_m", "adam_v"):
+    return None
+  leaf = parts[-1]
+  renamed = {"kernel": "weight", "gamma": "weight", "beta": "bias",
+             "bias": "bias"}.get(leaf)
+  path = [p.replace("layer_", "layer.") if p.startswith("layer_") else p
+          for p in parts[:-1]]
+  if parts[:1] == ["embeddings"] and len(parts) == 2:
+    # bert/embeddings/word_embeddings -> embeddings.word_embeddings.weight
+    return f"embeddings.{leaf}.weight", False
+  if renamed is None:
+    return None
+  return ".".join(path + [renamed]), leaf == "kernel"
+
+
+def convert_tf1(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
+  """google-research folder (bert_model.ckpt*, bert_config.json, vocab.txt).
+
+  TF1 BERT's "gelu" is the tanh approximation: the converted config says
+  "gelu_tanh" so the encoder computes what the checkpoint was trained with.
+  """
+  values = fileio.read_json(fileio.join(input_dir, "bert_config.json"))
+  if values.get("hidden_act") == "gelu":
+    values = dict(values, hidden_act="gelu_tanh")
+  config = modeling.BertConfig.from_dict(values, source=input_dir)
+  prefix = modeling.resolve_checkpoint(input_dir)
+  reader = tf.train.load_checkpoint(prefix)
+  tensors, skipped = {}, []
+  for name in sorted(reader.get_variable_to_shape_map()):
+    mapped = tf1_to_hf_name(name)
+    if mapped is None:
+      skipped.append(name)
+      continue
+    hf_name, transpose = mapped
+    value = reader.get_tensor(name).astype(np.float32)
+    tensors[hf_name] = value.T if transpose else value     # HF: [out, in]
+  for name in skipped:
+    print(f"unmapped source tensor (not part of the encoder): {name}", flush=True)
+  report = _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
+                    output_dir, tolerance, input_dir)
+  report.unmapped_source = skipped + report.unmapped_source
   return report

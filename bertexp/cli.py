@@ -144,9 +144,9 @@ def _max_positions(bert_config_file):
 
 def cmd_convert(args):
   from bertexp import checkpoints
-  if args.source == "huggingface":
-    checkpoints.convert_huggingface(args.input, args.output,
-                                    tolerance=args.tolerance)
+  convert = {"huggingface": checkpoints.convert_huggingface,
+             "tf1": checkpoints.convert_tf1}[args.source]
+  convert(args.input, args.output, tolerance=args.tolerance)
 
 
 def cmd_evaluate_squad(args):
@@ -227,7 +227,7 @@ def build_parser():
   conv = sub.add_parser("convert-checkpoint",
                         help="foreign checkpoint -> bertexp checkpoint folder")
   conv.add_argument("--from", dest="source", required=True,
-                    choices=["huggingface"])
+                    choices=["huggingface", "tf1"])
   conv.add_argument("--input", required=True)
   conv.add_argument("--output", required=True)
   conv.add_argument("--tolerance", type=float, default=1e-5)

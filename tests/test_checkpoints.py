@@ -82,3 +82,58 @@ def test_parity_failure_refuses_to_write(tmp_path):
     checkpoints.convert_huggingface(MINILM_HF, str(tmp_path / "out"),
                                     tolerance=1e-12)
   assert not (tmp_path / "out").exists()
+
+
+def _tf1_checkpoint(tmp_path, tiny_vocab):
+  """A google-research-named TF1 checkpoint from known weights, plus a cls/
+  head and Adam slots that are not the encoder."""
+  import json
+  import tensorflow as tf
+  from conftest import TINY_CONFIG
+  config = dict(TINY_CONFIG, hidden_act="gelu")
+  folder = tmp_path / "tf1"
+  folder.mkdir()
+  (folder / "bert_config.json").write_text(json.dumps(config))
+  shutil.copy(tiny_vocab, folder / "vocab.txt")
+  rng = np.random.RandomState(0)
+  h, inner = config["hidden_size"], config["intermediate_size"]
+  shapes = {"bert/embeddings/word_embeddings": [TINY_CONFIG["vocab_size"], h],
+            "bert/embeddings/position_embeddings": [64, h],
+            "bert/embeddings/token_type_embeddings": [2, h],
+            "bert/embeddings/LayerNorm/gamma": [h], "bert/embeddings/LayerNorm/beta": [h],
+            "bert/pooler/dense/kernel": [h, h], "bert/pooler/dense/bias": [h],
+            "cls/predictions/output_bias": [TINY_CONFIG["vocab_size"]]}
+  for i in range(2):
+    p = f"bert/encoder/layer_{i}/"
+    for name in ("attention/self/query", "attention/self/key", "attention/self/value",
+                 "attention/output/dense"):
+      shapes[p + name + "/kernel"], shapes[p + name + "/bias"] = [h, h], [h]
+    shapes[p + "intermediate/dense/kernel"] = [h, inner]
+    shapes[p + "intermediate/dense/bias"] = [inner]
+    shapes[p + "output/dense/kernel"], shapes[p + "output/dense/bias"] = [inner, h], [h]
+    for ln in ("attention/output/LayerNorm", "output/LayerNorm"):
+      shapes[p + ln + "/gamma"], shapes[p + ln + "/beta"] = [h], [h]
+  shapes["bert/pooler/dense/kernel/adam_m"] = [h, h]
+  values = {n: (rng.randn(*s) * 0.2).astype(np.float32) for n, s in shapes.items()}
+  # A name-based (TF1 Saver) checkpoint: each tensor under its own name.
+  tf.raw_ops.SaveV2(prefix=str(folder / "bert_model.ckpt"),
+                    tensor_names=list(values), shape_and_slices=[""] * len(values),
+                    tensors=list(values.values()))
+  return str(folder), values
+
+
+def test_tf1_checkpoint_round_trip(tmp_path, tiny_vocab):
+  folder, values = _tf1_checkpoint(tmp_path, tiny_vocab)
+  report = checkpoints.convert_tf1(folder, str(tmp_path / "out"))
+  assert max(report.max_abs_diff.values()) <= 1e-5
+  assert "cls/predictions/output_bias" in report.unmapped_source
+  assert "bert/pooler/dense/kernel/adam_m" in report.unmapped_source
+  encoder = bertexp.load_encoder(str(tmp_path / "out" / "bert_config.json"),
+                                 str(tmp_path / "out"))
+  assert encoder.config.hidden_act == "gelu_tanh"      # TF1's "gelu"
+  np.testing.assert_array_equal(
+      encoder.blocks[1].query.kernel.numpy(),
+      values["bert/encoder/layer_1/attention/self/query/kernel"])
+  np.testing.assert_array_equal(
+      encoder.embeddings.type_embeddings.numpy(),
+      values["bert/embeddings/token_type_embeddings"])

@@ -76,6 +76,9 @@ def _log_and_write_summary(path, summary):
 def _restore_model(model, model_dir, checkpoint_path):
   """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
   path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+  best_info = fileio.join(path, "best_checkpoint.json") if path else None
+  if best_info and tf.io.gfile.exists(best_info):
+    path = fileio.read_json(best_info)["checkpoint"]
   if not path:
     raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
                             "or export (train first or bind "
@@ -91,7 +94,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                task=gin.REQUIRED, init_checkpoint=None, train_batch_size=32,
                eval_batch_size=32, num_train_epochs=3, train_steps=None,
                num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
-               checkpoint_interval_steps=None, max_checkpoints=5, seed=None,
+               checkpoint_interval_steps=None, max_checkpoints=5,
+               best_metric=None, best_mode="max", seed=None,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
@@ -99,6 +103,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   train_steps overrides the steps derived from num_train_epochs.
   checkpoint_interval_steps defaults to one evaluation interval.
   eval_steps=-1 evaluates the whole eval set (the only honest default).
+  best_metric (default: the task's selection metric) and best_mode ("max" or
+  "min") choose what MODEL_DIR/best_checkpoint/ keeps during train_and_eval;
+  export or predict it with PREDICT_CHECKPOINT_PATH="<MODEL_DIR>/best_checkpoint"
+  (a folder resolves through best_checkpoint.json).
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -154,12 +162,52 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                     train_steps),
                 steps_per_loop=steps_per_loop,
                 checkpoint_interval_steps=checkpoint_interval_steps,
-                max_checkpoints=max_checkpoints, eval_steps=eval_steps)
+                max_checkpoints=max_checkpoints, eval_steps=eval_steps,
+                best_metric=best_metric, best_mode=best_mode)
+
+
+class BestCheckpoint:
+  """Keeps the model weights of the best evaluation so far in `folder`
+  (`ckpt-N.*` + `best_checkpoint.json` with the step and all metrics).
+  Survives resumption: the JSON on disk is the score to beat."""
+
+  def __init__(self, model, folder, metric, mode="max"):
+    if mode not in ("max", "min"):
+      raise ValueError(f"best checkpoint mode {mode!r} is not 'max' or 'min'")
+    self.model, self.folder, self.metric, self.mode = model, folder, metric, mode
+    self.info_path = fileio.join(folder, "best_checkpoint.json")
+
+  def _better(self, value, old):
+    return value > old if self.mode == "max" else value < old
+
+  def update(self, step, metrics):
+    if self.metric not in metrics:
+      raise ValueError(f"best-checkpoint metric {self.metric!r} is not among "
+                       f"the eval metrics {sorted(metrics)}")
+    value = float(metrics[self.metric])
+    if tf.io.gfile.exists(self.info_path):
+      old = fileio.read_json(self.info_path)
+      if not self._better(value, old["metrics"][self.metric]):
+        return False
+    prefix = fileio.join(self.folder, f"ckpt-{step}")
+    tf.train.Checkpoint(model=self.model).write(prefix)
+    previous = (fileio.read_json(self.info_path)["checkpoint"]
+                if tf.io.gfile.exists(self.info_path) else None)
+    fileio.write_json(self.info_path, {
+        "step": step, "checkpoint": prefix, "metric": self.metric,
+        "mode": self.mode, "metrics": {k: float(v) for k, v in metrics.items()}})
+    if previous and previous != prefix:
+      for path in tf.io.gfile.glob(previous + ".*"):
+        tf.io.gfile.remove(path)
+    logging.info("new best %s %.4f at step %d -> %s", self.metric, value, step,
+                 prefix)
+    return True
 
 
 def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
            precision, trainer_kwargs, schedule, steps_per_loop,
-           checkpoint_interval_steps, max_checkpoints, eval_steps):
+           checkpoint_interval_steps, max_checkpoints, eval_steps,
+           best_metric, best_mode):
   start_time = time.time()
   logging.info("schedule: %s", schedule)
   with strategy.scope():
@@ -200,8 +248,12 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
                         gin.operative_config_str())
       operative_written.append(True)
 
+  best = BestCheckpoint(model, fileio.join(model_dir, "best_checkpoint"),
+                        best_metric or task.selection_metric(), best_mode)
+
   def on_eval(output):
     last["eval"] = output
+    best.update(int(optimizer.iterations.numpy()), output)
 
   controller = orbit.Controller(
       global_step=optimizer.iterations, trainer=trainer,

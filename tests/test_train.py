@@ -117,6 +117,17 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
   assert submission[1].split("\t")[0] == "0"
   assert submission[1].split("\t")[1] in ("0", "1")
 
+  # best_checkpoint/ holds the best eval so far, with its step and metrics.
+  best = _read_json(f"{model_dir}/best_checkpoint/best_checkpoint.json")
+  assert best["metric"] == "accuracy" and best["mode"] == "max"
+  assert best["step"] in (1, 2, 3, 4)
+  assert tf.io.gfile.exists(best["checkpoint"] + ".index")
+  assert len(tf.io.gfile.glob(f"{model_dir}/best_checkpoint/ckpt-*.index")) == 1
+  _train(paths, mode="eval",
+         PREDICT_CHECKPOINT_PATH=f'"{model_dir}/best_checkpoint"')
+  assert _read_json(f"{model_dir}/eval_results.json")["accuracy"] == pytest.approx(
+      best["metrics"]["accuracy"])
+
   _train(paths, mode="export_only")
   versions = os.listdir(f"{model_dir}/export")
   assert len(versions) == 1

@@ -3,7 +3,12 @@
 `serving_default` takes int32 token ids [B, S] (input_word_ids, input_mask,
 input_type_ids) and returns what the task serves: probabilities [B, L] for
 classification, value [B] for regression, start_logits/end_logits [B, S]
-for question answering.
+for question answering. Classification also returns `label` (its name).
+
+`serve_text` (classification and regression) takes raw strings, `text` or
+`text_a` + `text_b` [B], with the tokenizer and packing inside the graph
+(the same ids and truncation as `bertexp prepare`). Loading it needs
+`import tensorflow_text` (for the tokenizer op), not bertexp.
 """
 import logging
 import time
@@ -11,6 +16,9 @@ import time
 import tensorflow as tf
 
 from bertexp import fileio
+from bertexp import tokenization
+
+_TEXT = tf.TensorSpec([None], tf.string)
 
 
 class _ServingModule(tf.Module):
@@ -19,6 +27,23 @@ class _ServingModule(tf.Module):
     super().__init__()
     self.model = model
     self._serving_outputs = task.serving_outputs
+    self.text_spec = task.text_serving()
+    if self.text_spec:
+      self._tokenizer = tokenization.Tokenizer(self.text_spec["vocab_file"],
+                                               self.text_spec["do_lower_case"])
+      self.wordpiece = self._tokenizer._tokenizer     # tracked: saved with us
+
+  def _serve_packed(self, text_a, text_b):
+    inputs = tokenization.pack_tf(self._tokenizer, text_a, text_b,
+                                  self.text_spec["max_seq_length"])
+    return self._serving_outputs(self.model(inputs, training=False))
+
+  def text_signature(self):
+    if self.text_spec["num_text_features"] == 1:
+      return tf.function(lambda text: self._serve_packed(text, None),
+                         input_signature=[_TEXT]).get_concrete_function()
+    return tf.function(lambda text_a, text_b: self._serve_packed(text_a, text_b),
+                       input_signature=[_TEXT, _TEXT]).get_concrete_function()
 
   @tf.function(input_signature=[{
       name: tf.TensorSpec([None, None], tf.int32, name)
@@ -33,8 +58,10 @@ def export_saved_model(task, model, model_dir, version=None):
   export_dir = fileio.join(model_dir, "export", str(version))
   tmp_dir = fileio.temp_name(export_dir)
   module = _ServingModule(model, task)
-  tf.saved_model.save(module, tmp_dir, signatures={
-      "serving_default": module.serve.get_concrete_function()})
+  signatures = {"serving_default": module.serve.get_concrete_function()}
+  if module.text_spec:
+    signatures["serve_text"] = module.text_signature()
+  tf.saved_model.save(module, tmp_dir, signatures=signatures)
   tf.io.gfile.rename(tmp_dir, export_dir, overwrite=True)
   logging.info("exported SavedModel to %s", export_dir)
   print(f"Exported SavedModel: {export_dir}", flush=True)

@@ -138,3 +138,41 @@ def pack(tokenizer, ids_a, ids_b, max_seq_length):
   mask = (np.arange(max_seq_length)[None, :] < used[:, None]).astype(np.int32)
   return {"input_word_ids": word_ids, "input_mask": mask,
           "input_type_ids": type_ids}, truncated
+
+
+def pack_tf(tokenizer, texts_a, texts_b, max_seq_length):
+  """In-graph tokenize + pack of string tensors [B]: the same ids, truncation
+  (longest-first, ties shorten b) and layout as `pack`, for SavedModels that
+  take raw text. Returns int32 [B, max_seq_length] word ids, mask, type ids."""
+  a = tokenizer.tokenize_tf(texts_a)                                 # [B, (n)]
+  len_a = a.row_lengths()
+  if texts_b is None:
+    keep_a = tf.minimum(len_a, max_seq_length - 2)
+    b = None
+  else:
+    b = tokenizer.tokenize_tf(texts_b)
+    len_b = b.row_lengths()
+    budget = tf.constant(max_seq_length - 3, tf.int64)
+    over = len_a + len_b > budget
+    cut_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
+    keep_a = tf.where(over, cut_a, len_a)
+    keep_b = tf.where(over, budget - cut_a, len_b)
+    b = tf.ragged.boolean_mask(b, tf.ragged.range(len_b) < keep_b[:, None])
+  a = tf.ragged.boolean_mask(a, tf.ragged.range(len_a) < keep_a[:, None])
+  batch = tf.shape(texts_a, out_type=tf.int64)[0]
+  cls = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(
+      tokenizer.cls_id, tf.int64)))
+  sep = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(
+      tokenizer.sep_id, tf.int64)))
+  pieces, types = [cls, a, sep], [0, 0, 0]
+  if b is not None:
+    pieces, types = pieces + [b, sep], types + [1, 1]
+  ids = tf.concat(pieces, axis=1)
+  type_ids = tf.concat([tf.ones_like(p) * t for p, t in zip(pieces, types)], 1)
+  shape = [None, max_seq_length]
+  return {
+      "input_word_ids": tf.cast(ids.to_tensor(tokenizer.pad_id, shape=shape),
+                                tf.int32),
+      "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape), tf.int32),
+      "input_type_ids": tf.cast(type_ids.to_tensor(0, shape=shape), tf.int32),
+  }

@@ -103,3 +103,20 @@ def test_vocab_errors(tmp_path):
   bad.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nhello\n")
   with pytest.raises(ValueError, match="vocab.txt:6: duplicate token 'hello'"):
     tokenization.load_vocab(str(bad))
+
+
+@pytest.mark.parametrize("max_seq_length", [5, 7, 12, 32])
+def test_in_graph_packing_equals_numpy_packing(tiny_vocab, max_seq_length):
+  import tensorflow as tf
+  tok = tokenization.Tokenizer(tiny_vocab)
+  a = ["the movie was very good and fun", "bad", "", "a film !"]
+  b = ["it is fun", "the plot is dull and very bad and not good", "good", ""]
+  expected, _ = tokenization.pack(tok, tok.tokenize(a), tok.tokenize(b),
+                                  max_seq_length)
+  got = tokenization.pack_tf(tok, tf.constant(a), tf.constant(b), max_seq_length)
+  for name in expected:
+    np.testing.assert_array_equal(got[name].numpy(), expected[name], err_msg=name)
+  single, _ = tokenization.pack(tok, tok.tokenize(a), None, max_seq_length)
+  got = tokenization.pack_tf(tok, tf.constant(a), None, max_seq_length)
+  for name in single:
+    np.testing.assert_array_equal(got[name].numpy(), single[name], err_msg=name)

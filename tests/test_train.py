@@ -140,6 +140,32 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
               for k, v in tf.io.parse_example(batch, spec).items()}
   probabilities = serve(**features)["probabilities"].numpy()
   np.testing.assert_allclose(probabilities, np.array(rows), atol=1e-5)
+  _check_serve_text_in_fresh_process(f"{model_dir}/export/{versions[0]}", rows)
+
+
+def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
+  """Raw sentences -> the exported serve_text signature, in a new Python that
+  imports no bertexp: same probabilities as --mode=predict."""
+  import subprocess
+  import sys
+  from conftest import NEGATIVE, POSITIVE
+  sentences = POSITIVE + NEGATIVE           # the test split, in order
+  script = (
+      "import json, sys, tensorflow as tf, tensorflow_text\n"
+      "serve = tf.saved_model.load(sys.argv[1]).signatures['serve_text']\n"
+      "out = serve(text=tf.constant(json.loads(sys.argv[2])))\n"
+      "print(json.dumps({'p': out['probabilities'].numpy().tolist(),"
+      " 'label': [x.decode() for x in out['label'].numpy()]}))\n")
+  result = subprocess.run([sys.executable, "-c", script, export_dir,
+                           json.dumps(sentences)], capture_output=True,
+                          text=True, check=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert "bertexp" not in script
+  served = json.loads(result.stdout.strip().splitlines()[-1])
+  np.testing.assert_allclose(np.array(served["p"]), np.array(predicted_rows),
+                             atol=1e-5)
+  expected = ["0", "1"]
+  assert served["label"] == [expected[int(np.argmax(r))] for r in predicted_rows]
 
 
 def test_predict_without_checkpoint_is_a_clear_error(tiny_run, capsys):

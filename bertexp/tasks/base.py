@@ -49,6 +49,10 @@ class Task(abc.ABC):
     """What the exported SavedModel returns for the model's outputs."""
     raise NotImplementedError(f"{type(self).__name__} cannot be exported")
 
+  def text_serving(self):
+    """None, or what a raw-text serving signature needs (see export.py)."""
+    return None
+
   def predict_splits(self):
     """Splits that --mode=predict writes predictions for."""
     return []

@@ -153,7 +153,22 @@ class ClassificationTask(base.Task):
   def serving_outputs(self, outputs):
     if self.is_regression:
       return {"value": outputs[:, 0]}                                # [B]
-    return {"probabilities": tf.nn.softmax(outputs, axis=-1)}        # [B, L]
+    probabilities = tf.nn.softmax(outputs, axis=-1)                  # [B, L]
+    names = self.meta.get("label_names") or [
+        str(i) for i in range(self.num_labels)]
+    return {"probabilities": probabilities,
+            "label": tf.gather(tf.constant(names), tf.argmax(probabilities, -1))}
+
+  def text_serving(self):
+    """What a raw-text signature needs: the tokenizer and packing of the data."""
+    vocab = self.meta.get("vocab_file")
+    if not vocab or not tf.io.gfile.exists(vocab):
+      logging.warning("%s: vocab_file %r not found: no serve_text signature",
+                      self.meta_data_path, vocab)
+      return None
+    return {"vocab_file": vocab, "do_lower_case": self.meta.get("do_lower_case", True),
+            "max_seq_length": self.meta["max_seq_length"],
+            "num_text_features": self.meta.get("num_text_features", 1)}
 
   def predict_splits(self):
     return list(self.test_paths)

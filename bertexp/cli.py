@@ -186,8 +186,14 @@ def build_parser():
                      help="one binding, e.g. LEARNING_RATE=3e-5 (repeatable)")
   train.add_argument("--mode", default="train_and_eval",
                      choices=["train_and_eval", "train", "eval", "predict",
-                              "export", "export_only"])
+                              "export", "export_only", "export_tflite"])
   train.set_defaults(func=cmd_train)
+
+  tflite = sub.add_parser(
+      "export-tflite", help="classifier -> TFLite float + int8, with agreement")
+  tflite.add_argument("--gin_file", action="append", required=True)
+  tflite.add_argument("--gin_param", action="append", default=[])
+  tflite.set_defaults(func=cmd_train, mode="export_tflite")
 
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)

@@ -18,7 +18,8 @@ from bertexp import strategy as strategy_lib
 from bertexp import trainer as trainer_lib
 
 orbit = orbit_import.orbit
-MODES = ("train_and_eval", "train", "eval", "predict", "export")
+MODES = ("train_and_eval", "train", "eval", "predict", "export",
+         "export_tflite")
 
 
 @dataclasses.dataclass
@@ -119,7 +120,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   if deterministic:
     tf.config.experimental.enable_op_determinism()
   precision, jit_compile = strategy_lib.configure_numerics()
-  if mode in ("predict", "export"):
+  if mode in ("predict", "export", "export_tflite"):
     # Served models compute in float32 whatever the training precision, so
     # predict and the exported model give the same numbers.
     tf_keras.mixed_precision.set_global_policy("float32")
@@ -129,6 +130,13 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   if mode == "export":
     _restore_model(model, model_dir, predict_checkpoint_path)
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
+  if mode == "export_tflite":
+    _restore_model(model, model_dir, predict_checkpoint_path)
+    held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
+    real = held_out["example_weight"] > 0
+    inputs = {k: tf.boolean_mask(held_out[k], real)
+              for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    return export_lib.export_tflite(task, model, model_dir, inputs)
   trainer_kwargs = dict(task=task, model=model, strategy=strategy,
                         global_batch_size=train_batch_size,
                         eval_batch_size=eval_batch_size, clip_norm=clip_norm,

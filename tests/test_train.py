@@ -241,3 +241,19 @@ def test_mnli_reports_matched_and_mismatched(tmp_path, tiny_vocab, tiny_config):
   rows = (submission / "AX.tsv").read_text().splitlines()
   assert rows[0] == "index\tprediction" and len(rows) == 9
   assert rows[1].split("\t")[1] in ("contradiction", "entailment", "neutral")
+
+
+def test_export_tflite_float_and_int8(tiny_run, capsys):
+  _train(tiny_run, TRAIN_STEPS=2)
+  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
+  assert cli.main(["export-tflite", f"--gin_file={gin_file}"] +
+                  _params(tiny_run)) == 0
+  report = _read_json(f"{tiny_run['MODEL_DIR']}/tflite/tflite_report.json")
+  assert report["float"]["examples"] == 16
+  assert report["float"]["argmax_agreement"] == 1.0
+  assert report["float"]["max_probability_diff"] < 1e-5
+  assert report["int8"]["argmax_agreement"] >= 0.9
+  assert report["int8"]["max_probability_diff"] < 0.05
+  # The tiny kernels are below the 1024-element quantisation floor: no smaller.
+  assert report["int8"]["bytes"] <= report["float"]["bytes"]
+  assert "TFLite int8" in capsys.readouterr().out

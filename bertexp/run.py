@@ -131,6 +131,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     _restore_model(model, model_dir, predict_checkpoint_path)
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
   if mode == "export_tflite":
+    if getattr(task, "num_labels", 0) < 2:
+      raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
+                       f"{type(task).__name__} is not one")
     _restore_model(model, model_dir, predict_checkpoint_path)
     held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
     real = held_out["example_weight"] > 0

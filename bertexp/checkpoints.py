@@ -320,3 +320,82 @@ def convert_tf1(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
                     output_dir, tolerance, input_dir)
   report.unmapped_source = skipped + report.unmapped_source
   return report
+
+
+# -- TF Model Garden (TF2) BertEncoder checkpoints ------------------------------------
+
+def _model_garden_layout(num_layers):
+  """Object-graph slot of each Model Garden BertEncoder weight ->
+  (HF name, reshape to [in, out] or None). Slots: 0 word, 1 position, 2 type
+  embeddings, 3 embedding LayerNorm, 4..4+L-1 Transformer layers, 4+L pooler."""
+  layout = {
+      "layer_with_weights-0/embeddings": ("embeddings.word_embeddings.weight", None),
+      "layer_with_weights-1/embeddings": ("embeddings.position_embeddings.weight", None),
+      "layer_with_weights-2/embeddings": ("embeddings.token_type_embeddings.weight", None),
+      "layer_with_weights-3/gamma": ("embeddings.LayerNorm.weight", None),
+      "layer_with_weights-3/beta": ("embeddings.LayerNorm.bias", None),
+      f"layer_with_weights-{4 + num_layers}/kernel": ("pooler.dense.weight", "dense"),
+      f"layer_with_weights-{4 + num_layers}/bias": ("pooler.dense.bias", None),
+  }
+  for i in range(num_layers):
+    source, target = f"layer_with_weights-{4 + i}/", f"encoder.layer.{i}."
+    for mg, hf in (("query", "attention.self.query"), ("key", "attention.self.key"),
+                   ("value", "attention.self.value")):
+      layout[f"{source}_attention_layer/_{mg}_dense/kernel"] = (target + hf + ".weight",
+                                                                "heads_in")
+      layout[f"{source}_attention_layer/_{mg}_dense/bias"] = (target + hf + ".bias",
+                                                              "flatten")
+    layout[f"{source}_attention_layer/_output_dense/kernel"] = (
+        target + "attention.output.dense.weight", "heads_out")
+    layout[f"{source}_attention_layer/_output_dense/bias"] = (
+        target + "attention.output.dense.bias", None)
+    for mg, hf in (("_attention_layer_norm", "attention.output.LayerNorm"),
+                   ("_output_layer_norm", "output.LayerNorm")):
+      layout[f"{source}{mg}/gamma"] = (target + hf + ".weight", None)
+      layout[f"{source}{mg}/beta"] = (target + hf + ".bias", None)
+    for mg, hf in (("_intermediate_dense", "intermediate.dense"),
+                   ("_output_dense", "output.dense")):
+      layout[f"{source}{mg}/kernel"] = (target + hf + ".weight", "dense")
+      layout[f"{source}{mg}/bias"] = (target + hf + ".bias", None)
+  return layout
+
+
+def _to_hf(value, how):
+  """Model Garden kernels -> HF [out, in] (EinsumDense keeps head axes)."""
+  if how == "dense":
+    return value.T                                        # [in, out] -> [out, in]
+  if how == "heads_in":                                   # [H, N, D] -> [N*D, H]
+    return value.reshape(value.shape[0], -1).T
+  if how == "heads_out":                                  # [N, D, H] -> [H, N*D]
+    return value.reshape(-1, value.shape[-1]).T
+  if how == "flatten":                                    # [N, D] -> [N*D]
+    return value.reshape(-1)
+  return value
+
+
+def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE,
+                         object_prefix="encoder/"):
+  """A Model Garden BertEncoder checkpoint saved as tf.train.Checkpoint(
+  encoder=...) (run_classifier's layout), with bert_config.json + vocab.txt."""
+  config = modeling.BertConfig.from_json_file(
+      fileio.join(input_dir, "bert_config.json"))
+  prefix = modeling.resolve_checkpoint(input_dir)
+  reader = tf.train.load_checkpoint(prefix)
+  layout = _model_garden_layout(config.num_hidden_layers)
+  tensors, skipped = {}, []
+  suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+  for name in sorted(reader.get_variable_to_shape_map()):
+    key = name[len(object_prefix):-len(suffix)] if (
+        name.startswith(object_prefix) and name.endswith(suffix)) else None
+    if key not in layout:
+      if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
+        skipped.append(name)
+      continue
+    hf_name, how = layout[key]
+    tensors[hf_name] = _to_hf(reader.get_tensor(name).astype(np.float32), how)
+  for name in skipped:
+    print(f"unmapped source tensor (not part of the encoder): {name}", flush=True)
+  report = _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
+                    output_dir, tolerance, input_dir)
+  report.unmapped_source = skipped + report.unmapped_source
+  return report

@@ -145,7 +145,8 @@ def _max_positions(bert_config_file):
 def cmd_convert(args):
   from bertexp import checkpoints
   convert = {"huggingface": checkpoints.convert_huggingface,
-             "tf1": checkpoints.convert_tf1}[args.source]
+             "tf1": checkpoints.convert_tf1,
+             "model_garden": checkpoints.convert_model_garden}[args.source]
   convert(args.input, args.output, tolerance=args.tolerance)
 
 
@@ -233,7 +234,7 @@ def build_parser():
   conv = sub.add_parser("convert-checkpoint",
                         help="foreign checkpoint -> bertexp checkpoint folder")
   conv.add_argument("--from", dest="source", required=True,
-                    choices=["huggingface", "tf1"])
+                    choices=["huggingface", "tf1", "model_garden"])
   conv.add_argument("--input", required=True)
   conv.add_argument("--output", required=True)
   conv.add_argument("--tolerance", type=float, default=1e-5)

@@ -241,10 +241,16 @@ def write_checkpoint_folder(encoder, vocab_file, output_dir):
   return output_dir
 
 
-def _convert(tensors, config, vocab_file, output_dir, tolerance, source):
-  """HF-named float32 tensors -> checked, written bertexp checkpoint folder."""
+def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
+             skipped=()):
+  """HF-named float32 tensors -> checked, written bertexp checkpoint folder.
+
+  skipped: source tensor names the caller already set aside as not part of
+  the encoder; they are reported with the unmapped ones.
+  """
   encoder = modeling.BertEncoder(config, name="encoder").build_variables()
   report = assign(encoder, tensors, hf_assignments(encoder, tensors))
+  report.unmapped_source = list(skipped) + report.unmapped_source
   if report.missing:
     raise ValueError(f"{source}: the checkpoint lacks encoder tensors:\n  " +
                      "\n  ".join(report.missing))
@@ -314,12 +320,8 @@ def convert_tf1(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
     hf_name, transpose = mapped
     value = reader.get_tensor(name).astype(np.float32)
     tensors[hf_name] = value.T if transpose else value     # HF: [out, in]
-  for name in skipped:
-    print(f"unmapped source tensor (not part of the encoder): {name}", flush=True)
-  report = _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
-                    output_dir, tolerance, input_dir)
-  report.unmapped_source = skipped + report.unmapped_source
-  return report
+  return _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
+                  output_dir, tolerance, input_dir, skipped=skipped)
 
 
 # -- TF Model Garden (TF2) BertEncoder checkpoints ------------------------------------
@@ -393,9 +395,5 @@ def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE,
       continue
     hf_name, how = layout[key]
     tensors[hf_name] = _to_hf(reader.get_tensor(name).astype(np.float32), how)
-  for name in skipped:
-    print(f"unmapped source tensor (not part of the encoder): {name}", flush=True)
-  report = _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
-                    output_dir, tolerance, input_dir)
-  report.unmapped_source = skipped + report.unmapped_source
-  return report
+  return _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
+                  output_dir, tolerance, input_dir, skipped=skipped)

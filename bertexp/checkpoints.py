@@ -375,20 +375,43 @@ def _to_hf(value, how):
   return value
 
 
-def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE,
-                         object_prefix="encoder/"):
-  """A Model Garden BertEncoder checkpoint saved as tf.train.Checkpoint(
-  encoder=...) (run_classifier's layout), with bert_config.json + vocab.txt."""
+_MG_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+_MG_WORD_EMBEDDINGS = "layer_with_weights-0/embeddings" + _MG_SUFFIX
+
+
+def model_garden_encoder_prefix(shapes, config, source):
+  """Where the BertEncoder sits in a Model Garden object graph: "encoder/"
+  for Checkpoint(encoder=...), "model/layer_with_weights-0/" for
+  Checkpoint(model=BertClassifier(...)), etc. Found by the word-embedding
+  table [vocab_size, hidden_size]; "encoder/" wins when both are saved."""
+  want = [config.vocab_size, config.hidden_size]
+  found = sorted((name[:-len(_MG_WORD_EMBEDDINGS)] for name, shape in shapes.items()
+                  if name.endswith(_MG_WORD_EMBEDDINGS) and list(shape) == want),
+                 key=lambda p: (p != "encoder/", len(p), p))
+  if not found:
+    raise ValueError(
+        f"{source}: no Model Garden BertEncoder in this checkpoint (no "
+        f"'.../{_MG_WORD_EMBEDDINGS}' of shape {want}; saved objects: "
+        f"{sorted({n.split('/')[0] for n in shapes})})")
+  return found[0]
+
+
+def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
+  """A Model Garden BertEncoder checkpoint, alone (Checkpoint(encoder=...))
+  or inside a model (run_classifier's Checkpoint(model=..., encoder=...)),
+  with bert_config.json + vocab.txt. Heads around the encoder are listed."""
   config = modeling.BertConfig.from_json_file(
       fileio.join(input_dir, "bert_config.json"))
   prefix = modeling.resolve_checkpoint(input_dir)
   reader = tf.train.load_checkpoint(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  object_prefix = model_garden_encoder_prefix(shapes, config, input_dir)
+  logging.info("%s: Model Garden encoder at %r", input_dir, object_prefix)
   layout = _model_garden_layout(config.num_hidden_layers)
   tensors, skipped = {}, []
-  suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
-  for name in sorted(reader.get_variable_to_shape_map()):
-    key = name[len(object_prefix):-len(suffix)] if (
-        name.startswith(object_prefix) and name.endswith(suffix)) else None
+  for name in sorted(shapes):
+    key = name[len(object_prefix):-len(_MG_SUFFIX)] if (
+        name.startswith(object_prefix) and name.endswith(_MG_SUFFIX)) else None
     if key not in layout:
       if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
         skipped.append(name)

@@ -139,15 +139,11 @@ def test_tf1_checkpoint_round_trip(tmp_path, tiny_vocab):
       values["bert/embeddings/token_type_embeddings"])
 
 
-def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab):
-  """A real Model Garden BertEncoder (it ships with Orbit) with known random
-  weights: the converted encoder gives its outputs (the source model's own
-  forward pass, not a re-implementation)."""
+def _model_garden_source(folder, tiny_vocab):
   import json
   import tensorflow as tf
   from official.nlp.modeling import networks
   from conftest import TINY_CONFIG
-  folder = tmp_path / "mg"
   folder.mkdir()
   (folder / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
   shutil.copy(tiny_vocab, folder / "vocab.txt")
@@ -159,9 +155,34 @@ def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab):
       norm_first=False, dict_outputs=True)
   for variable in source.variables:        # LayerNorm starts at 1/0: perturb all
     variable.assign(variable + tf.random.normal(variable.shape, stddev=0.1))
-  tf.train.Checkpoint(encoder=source).write(str(folder / "bert_model.ckpt"))
+  return source
+
+
+@pytest.mark.parametrize("layout", ["encoder", "model", "model_and_encoder"])
+def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab,
+                                                          layout):
+  """A real Model Garden BertEncoder (it ships with Orbit) with known random
+  weights, saved alone or inside run_classifier's BertClassifier: the
+  converted encoder gives its outputs (the source model's own forward pass,
+  not a re-implementation) and the classifier head is listed as unmapped."""
+  import tensorflow as tf
+  from official.nlp.modeling import models
+  folder = tmp_path / "mg"
+  source = _model_garden_source(folder, tiny_vocab)
+  objects = {"encoder": source}
+  if layout != "encoder":
+    objects = {"model": models.BertClassifier(source, num_classes=3)}
+    if layout == "model_and_encoder":
+      objects["encoder"] = source
+  tf.train.Checkpoint(**objects).write(str(folder / "bert_model.ckpt"))
   report = checkpoints.convert_model_garden(str(folder), str(tmp_path / "out"))
-  assert report.unmapped_source == [] and max(report.max_abs_diff.values()) <= 1e-5
+  assert max(report.max_abs_diff.values()) <= 1e-5
+  if layout == "encoder":
+    assert report.unmapped_source == []
+  else:
+    assert sorted(report.unmapped_source) == [
+        "model/layer_with_weights-1/out_proj/bias/.ATTRIBUTES/VARIABLE_VALUE",
+        "model/layer_with_weights-1/out_proj/kernel/.ATTRIBUTES/VARIABLE_VALUE"]
   encoder = bertexp.load_encoder(str(tmp_path / "out" / "bert_config.json"),
                                  str(tmp_path / "out"))
   ids, mask, types = checkpoints.parity_inputs(encoder.config)
@@ -172,3 +193,14 @@ def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab):
                              theirs["sequence_output"].numpy()[real], atol=1e-5)
   np.testing.assert_allclose(ours["pooled_output"].numpy(),
                              theirs["pooled_output"].numpy(), atol=1e-5)
+
+
+def test_model_garden_checkpoint_without_an_encoder_is_a_clear_error(
+    tmp_path, tiny_vocab):
+  import tensorflow as tf
+  folder = tmp_path / "mg"
+  _model_garden_source(folder, tiny_vocab)
+  tf.train.Checkpoint(step=tf.Variable(3)).write(str(folder / "bert_model.ckpt"))
+  with pytest.raises(ValueError, match="no Model Garden BertEncoder.*'step'"):
+    checkpoints.convert_model_garden(str(folder), str(tmp_path / "out"))
+  assert not (tmp_path / "out").exists()

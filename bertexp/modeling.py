@@ -240,15 +240,20 @@ class BertEncoder(tf_keras.Model):
     return {"sequence_output": tf.cast(x, tf.float32),
             "pooled_output": tf.cast(pooled, tf.float32)}
 
-  def dummy_inputs(self, batch_size=1, seq_length=8):
-    ones = tf.ones([batch_size, seq_length], tf.int32)
-    return {"input_word_ids": ones, "input_mask": ones,
-            "input_type_ids": tf.zeros_like(ones)}
+  def dummy_inputs(self):
+    return dummy_inputs()
 
   def build_variables(self):
     """Creates all variables by one call on dummy inputs; returns self."""
     self(self.dummy_inputs(), training=False)
     return self
+
+
+def dummy_inputs(batch_size=1, seq_length=8):
+  """Token-id inputs that build an encoder's variables by one call."""
+  ones = tf.ones([batch_size, seq_length], tf.int32)
+  return {"input_word_ids": ones, "input_mask": ones,
+          "input_type_ids": tf.zeros_like(ones)}
 
 
 class ClassifierModel(tf_keras.Model):

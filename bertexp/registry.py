@@ -1,5 +1,6 @@
 """The one place that imports every gin configurable, so that a .gin file can
 name them. Add a module here when it defines a new configurable."""
+from bertexp import encoders  # noqa: F401
 from bertexp import optimization  # noqa: F401
 from bertexp import run  # noqa: F401
 from bertexp import strategy  # noqa: F401

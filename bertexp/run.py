@@ -9,6 +9,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import encoders
 from bertexp import export as export_lib
 from bertexp import fileio
 from bertexp import modeling
@@ -74,6 +75,24 @@ def _log_and_write_summary(path, summary):
   print("Training Summary: " + fileio.read_text(path), flush=True)
 
 
+def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
+                             required):
+  from_hub = isinstance(getattr(model, "encoder", None),
+                        encoders.SavedModelEncoder)
+  if init_checkpoint and from_hub:
+    raise ValueError(
+        f"INIT_CHECKPOINT ({init_checkpoint}) and HUB_MODULE_URL "
+        f"({model.encoder.path}) are both set: the pretrained encoder comes "
+        "from one of them; bind the other to None")
+  if (required and mode in ("train", "train_and_eval") and not init_checkpoint
+      and not from_hub and not tf.train.latest_checkpoint(model_dir)):
+    raise ValueError(
+        "this experiment fine-tunes a pretrained encoder: set INIT_CHECKPOINT "
+        "(a bertexp checkpoint, see `bertexp convert-checkpoint`) or "
+        "HUB_MODULE_URL (a SavedModel encoder folder); to train from random "
+        "initialisation on purpose bind REQUIRE_PRETRAINED_ENCODER=False")
+
+
 def _restore_model(model, model_dir, checkpoint_path):
   """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
   path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
@@ -97,6 +116,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
                checkpoint_interval_steps=None, max_checkpoints=5,
                best_metric=None, best_mode="max", seed=None,
+               require_pretrained_encoder=False,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
@@ -108,6 +128,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   "min") choose what MODEL_DIR/best_checkpoint/ keeps during train_and_eval;
   export or predict it with PREDICT_CHECKPOINT_PATH="<MODEL_DIR>/best_checkpoint"
   (a folder resolves through best_checkpoint.json).
+  The pretrained encoder comes from INIT_CHECKPOINT or HUB_MODULE_URL
+  (bertexp.build_encoder), never both; with require_pretrained_encoder a
+  fresh training run without either is an error.
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -127,6 +150,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   fileio.makedirs(model_dir)
   with strategy.scope():
     model = task.build_model()
+  _check_pretrained_source(mode, model, model_dir, init_checkpoint,
+                           require_pretrained_encoder)
   if mode == "export":
     _restore_model(model, model_dir, predict_checkpoint_path)
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
@@ -239,6 +264,9 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   elif init_checkpoint:
     prefix = modeling.restore_encoder(model.encoder, init_checkpoint)
     logging.info("initialised the encoder from INIT_CHECKPOINT %s", prefix)
+  elif isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
+    logging.info("the encoder starts from HUB_MODULE_URL %s (trainable: %s)",
+                 model.encoder.path, model.encoder.trainable)
   else:
     logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
                     "from random initialisation", model_dir)

@@ -40,7 +40,7 @@ def test_exact_and_tanh_gelu_differ():
 
 def test_output_shapes_and_dtypes(tiny_config):
   encoder = bertexp.load_encoder(tiny_config)
-  inputs = encoder.dummy_inputs(batch_size=3, seq_length=7)
+  inputs = modeling.dummy_inputs(batch_size=3, seq_length=7)
   out = encoder(inputs)
   assert out["sequence_output"].shape == (3, 7, 16)
   assert out["pooled_output"].shape == (3, 16)
@@ -103,7 +103,7 @@ def test_load_encoder_round_trip(tmp_path, tiny_config, tiny_vocab):
   checkpoints.write_checkpoint_folder(encoder, tiny_vocab, str(tmp_path / "ck"))
   loaded = bertexp.load_encoder(str(tmp_path / "ck" / "bert_config.json"),
                                 str(tmp_path / "ck"))
-  inputs = encoder.dummy_inputs(2, 5)
+  inputs = modeling.dummy_inputs(2, 5)
   np.testing.assert_array_equal(encoder(inputs)["pooled_output"].numpy(),
                                 loaded(inputs)["pooled_output"].numpy())
   with pytest.raises(FileNotFoundError, match="no checkpoint"):

@@ -16,7 +16,8 @@ import demo_data  # noqa: E402
 def _train_args(tmp_path, config, vocab, version, predict_file, steps, **more):
   params = dict({
       "MODEL_DIR": f'"{tmp_path}/run"', "BERT_CONFIG_FILE": f'"{config}"',
-      "INIT_CHECKPOINT": "None", "VOCAB_FILE": f'"{vocab}"',
+      "INIT_CHECKPOINT": "None", "REQUIRE_PRETRAINED_ENCODER": False,
+      "VOCAB_FILE": f'"{vocab}"',
       "TRAIN_DATA_PATH": f'"{tmp_path}/data/squad_{version}_train.tf_record"',
       "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_{version}_train_meta_data"',
       "PREDICT_FILE": f'"{tmp_path}/{predict_file}"',

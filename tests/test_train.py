@@ -43,7 +43,8 @@ def _setup(root, tiny_vocab, tiny_config):
 
 
 def _params(paths, **more):
-  values = dict({k: f'"{v}"' for k, v in paths.items()}, TRAIN_BATCH_SIZE=8,
+  values = dict({k: f'"{v}"' if v is not None else "None"
+                 for k, v in paths.items()}, TRAIN_BATCH_SIZE=8,
                 EVAL_BATCH_SIZE=5, STEPS_PER_LOOP=1, SEED=1, **more)
   return [f"--gin_param={k}={v}" for k, v in values.items()]
 
@@ -225,7 +226,8 @@ def test_mnli_reports_matched_and_mismatched(tmp_path, tiny_vocab, tiny_config):
            "EXTRA_TEST_DATA_PATHS": f'{{"ax": "{data}/mnli_ax.tf_record"}}'}
   params = [f'--gin_param={k}="{v}"' for k, v in paths.items()
             if v != "None"] + ["--gin_param=INIT_CHECKPOINT=None",
-                               "--gin_param=TEST_DATA_PATH=None"] + [
+                               "--gin_param=TEST_DATA_PATH=None",
+                               "--gin_param=REQUIRE_PRETRAINED_ENCODER=False"] + [
       f"--gin_param={k}={v}" for k, v in extra.items()] + [
       "--gin_param=TRAIN_BATCH_SIZE=4", "--gin_param=EVAL_BATCH_SIZE=3",
       "--gin_param=TRAIN_STEPS=2", "--gin_param=NUM_GPUS=0"]

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import encoders
 from bertexp import fileio
 from bertexp import metrics
 from bertexp import modeling
@@ -73,7 +74,7 @@ class ClassificationTask(base.Task):
                        f"model's vocab_size {config.vocab_size}")
     dropout = (config.hidden_dropout_prob if self.dropout_rate is None
                else self.dropout_rate)
-    encoder = modeling.BertEncoder(config, name="encoder")
+    encoder = encoders.build_encoder(config)
     return modeling.ClassifierModel(encoder, self.num_labels, dropout,
                                     seed=self.seed,
                                     name="classifier_model").build_variables()

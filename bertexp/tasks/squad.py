@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import encoders
 from bertexp import fileio
 from bertexp import modeling
 from bertexp import squad_answers
@@ -73,7 +74,7 @@ class QuestionAnsweringTask(base.Task):
 
   def build_model(self):
     config = modeling.BertConfig.from_json_file(self.bert_config_file)
-    encoder = modeling.BertEncoder(config, name="encoder")
+    encoder = encoders.build_encoder(config)
     return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
 
   def _eval_data(self):

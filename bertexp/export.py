@@ -5,10 +5,12 @@ input_type_ids) and returns what the task serves: probabilities [B, L] for
 classification, value [B] for regression, start_logits/end_logits [B, S]
 for question answering. Classification also returns `label` (its name).
 
-`serve_text` (classification and regression) takes raw strings, `text` or
-`text_a` + `text_b` [B], with the tokenizer and packing inside the graph
-(the same ids and truncation as `bertexp prepare`). Loading it needs
-`import tensorflow_text` (for the tokenizer op), not bertexp.
+`serve_text` takes raw strings with the tokenizer and packing inside the
+graph (the same ids and truncation as `bertexp prepare`): for classification
+and regression `text` or `text_a` + `text_b` [B] -> the outputs above; for
+question answering `question` + `context` [B] -> answer [B] text, score
+(start + end logit), context_truncated (see bertexp.span_serving). Loading
+it needs `import tensorflow_text` (for the tokenizer op), not bertexp.
 """
 import logging
 import time
@@ -16,6 +18,7 @@ import time
 import tensorflow as tf
 
 from bertexp import fileio
+from bertexp import span_serving
 from bertexp import tokenization
 
 _TEXT = tf.TensorSpec([None], tf.string)
@@ -39,6 +42,11 @@ class _ServingModule(tf.Module):
     return self._serving_outputs(self.model(inputs, training=False))
 
   def text_signature(self):
+    if self.text_spec.get("kind") == "span":
+      return tf.function(
+          lambda question, context: span_serving.answer(
+              self._tokenizer, self.model, self.text_spec, question, context),
+          input_signature=[_TEXT, _TEXT]).get_concrete_function()
     if self.text_spec["num_text_features"] == 1:
       return tf.function(lambda text: self._serve_packed(text, None),
                          input_signature=[_TEXT]).get_concrete_function()

@@ -135,6 +135,17 @@ class QuestionAnsweringTask(base.Task):
   def serving_outputs(self, outputs):
     return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
 
+  def text_serving(self):
+    """serve_text: (question, context) -> answer, as bertexp.span_serving."""
+    return {"kind": "span", "vocab_file": self.vocab_file,
+            "do_lower_case": self.meta.get("do_lower_case", True),
+            "max_seq_length": self.meta["max_seq_length"],
+            "max_query_length": self.meta["max_query_length"],
+            "n_best_size": self.n_best_size,
+            "max_answer_length": self.max_answer_length,
+            "version_2_with_negative": self.version_2_with_negative,
+            "null_score_diff_threshold": self.null_score_diff_threshold}
+
   def per_example_loss(self, labels, outputs):
     # outputs [B, S, 2] logits; labels [B, 2] start/end positions
     start = tf_keras.losses.sparse_categorical_crossentropy(

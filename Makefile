@@ -66,6 +66,8 @@ demo-squad: demo-data
 	$(BERTEXP) train --gin_file=experiments/demo/squad_v1_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/demo_squad"' --mode=predict
 	$(BERTEXP) evaluate-squad .cache/data/squad/dev_subset.json runs/demo_squad/predictions.json
+	$(BERTEXP) train --gin_file=experiments/demo/squad_v1_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/demo_squad"' --mode=export
 
 test: setup
 	$(PY) tools/demo_data.py fetch

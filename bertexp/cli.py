@@ -1,4 +1,4 @@
-"""`bertexp` subcommands: train, prepare, convert-checkpoint.
+"""`bertexp` subcommands: train, prepare, convert-checkpoint, sweep, results.
 
     bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
@@ -175,6 +175,24 @@ def cmd_evaluate_squad(args):
     print(json.dumps(result, indent=2))
 
 
+def cmd_sweep(args):
+  from bertexp import sweep
+  if args.parallel < 1 or args.seeds < 1:
+    raise ValueError("--parallel and --seeds must be at least 1")
+  results = sweep.run_sweep(args)
+  failed = [r for r in results if r["status"] != "done"]
+  if failed:
+    print(f"{len(failed)} trial(s) failed: see their log.txt", flush=True)
+
+
+def cmd_results(args):
+  from bertexp import sweep_results
+  if not os.path.exists(os.path.join(args.output_dir, "sweep.json")):
+    raise FileNotFoundError(f"{args.output_dir}: no sweep.json (not a sweep "
+                            "output folder)")
+  sweep_results.write(args.output_dir)
+
+
 def build_parser():
   parser = argparse.ArgumentParser(prog="bertexp", description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
@@ -195,6 +213,29 @@ def build_parser():
   tflite.add_argument("--gin_file", action="append", required=True)
   tflite.add_argument("--gin_param", action="append", default=[])
   tflite.set_defaults(func=cmd_train, mode="export_tflite")
+
+  sw = sub.add_parser("sweep", help="a hyperparameter grid x seeds, one "
+                      "trial.gin per trial, resumable, with a results table")
+  sw.add_argument("--gin_file", action="append", required=True)
+  sw.add_argument("--gin_param", action="append", default=[],
+                  help="applies to every trial (repeatable)")
+  sw.add_argument("--grid", required=True,
+                  help="paper_table1, paper_a3, small_bert or a .py file "
+                       "defining grid()")
+  sw.add_argument("--seeds", type=int, default=1, help="seeds per configuration")
+  sw.add_argument("--first_seed", type=int, default=1)
+  sw.add_argument("--output_dir", required=True)
+  sw.add_argument("--parallel", type=int, default=1,
+                  help="trial processes at once (CPU threads are split)")
+  sw.add_argument("--max_trials", type=int,
+                  help="run at most this many unfinished trials, then stop")
+  sw.add_argument("--dry_run", action="store_true",
+                  help="print the trials with their steps and warmup")
+  sw.set_defaults(func=cmd_sweep)
+
+  res = sub.add_parser("results", help="a sweep's table and plot, from disk")
+  res.add_argument("output_dir")
+  res.set_defaults(func=cmd_results)
 
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)

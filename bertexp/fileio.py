@@ -4,6 +4,7 @@ Writers go to a temporary name first and rename at the end: a failure never
 leaves a half-written file under the final name.
 """
 import contextlib
+import hashlib
 import json
 import os
 import uuid
@@ -28,6 +29,17 @@ def read_json(path):
     return json.loads(read_text(path))
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+def sha256(path, chunk_bytes=1 << 22):
+  """Hex SHA-256 of a file, streamed (checkpoints can be gigabytes)."""
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"{path}: file not found")
+  digest = hashlib.sha256()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for chunk in iter(lambda: f.read(chunk_bytes), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
 
 
 def makedirs(path):

@@ -14,13 +14,14 @@ from bertexp import export as export_lib
 from bertexp import fileio
 from bertexp import modeling
 from bertexp import optimization
+from bertexp import provenance as provenance_lib
 from bertexp import orbit_import
 from bertexp import strategy as strategy_lib
 from bertexp import trainer as trainer_lib
 
 orbit = orbit_import.orbit
 MODES = ("train_and_eval", "train", "eval", "predict", "export",
-         "export_tflite")
+         "export_tflite", "plan")
 
 
 @dataclasses.dataclass
@@ -116,7 +117,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
                checkpoint_interval_steps=None, max_checkpoints=5,
                best_metric=None, best_mode="max", seed=None,
-               require_pretrained_encoder=False,
+               require_pretrained_encoder=False, cpu_threads=None,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
@@ -135,6 +136,18 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
     raise ValueError(f"--mode={mode!r} is not one of {MODES}")
+  schedule = derive_schedule(task.num_train_examples(), train_batch_size,
+                             num_train_epochs, num_eval_per_epoch,
+                             warmup_fraction, train_steps) if mode in (
+                                 "train", "train_and_eval", "plan") else None
+  if mode == "plan":         # what a run would do, without running it
+    return dict(dataclasses.asdict(schedule), global_batch_size=train_batch_size,
+                train_data_size=task.num_train_examples(), seed=seed)
+  if cpu_threads:
+    # Before any TF runtime work. Thread counts change CPU reduction order,
+    # so a run reproduces bit for bit only with the same setting.
+    tf.config.threading.set_intra_op_parallelism_threads(cpu_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(cpu_threads)
   # The strategy first: multi-worker collectives must be configured before
   # any other TensorFlow call initialises the runtime.
   strategy = strategy_lib.make_strategy()
@@ -192,14 +205,14 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   return _train(mode, model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
                 strategy=strategy, init_checkpoint=init_checkpoint,
                 precision=precision, trainer_kwargs=trainer_kwargs,
-                schedule=derive_schedule(
-                    task.num_train_examples(), train_batch_size,
-                    num_train_epochs, num_eval_per_epoch, warmup_fraction,
-                    train_steps),
+                schedule=schedule,
                 steps_per_loop=steps_per_loop,
                 checkpoint_interval_steps=checkpoint_interval_steps,
                 max_checkpoints=max_checkpoints, eval_steps=eval_steps,
-                best_metric=best_metric, best_mode=best_mode)
+                best_metric=best_metric, best_mode=best_mode,
+                provenance=provenance_lib.record(
+                    task, init_checkpoint=init_checkpoint, seed=seed,
+                    deterministic=deterministic, cpu_threads=cpu_threads))
 
 
 class BestCheckpoint:
@@ -243,7 +256,7 @@ class BestCheckpoint:
 def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
            precision, trainer_kwargs, schedule, steps_per_loop,
            checkpoint_interval_steps, max_checkpoints, eval_steps,
-           best_metric, best_mode):
+           best_metric, best_mode, provenance):
   start_time = time.time()
   logging.info("schedule: %s", schedule)
   with strategy.scope():
@@ -327,6 +340,7 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
                               / train_seconds if steps_run else 0.0),
       "wall_time_seconds": time.time() - start_time,
       "selection_metric": task.selection_metric(),
+      "provenance": provenance,
   }
   _log_and_write_summary(fileio.join(model_dir, "training_summary.json"),
                          summary)

@@ -6,8 +6,6 @@ punctuation, one token per CJK character, greedy longest-match WordPiece.
 Packing is `[CLS] a [SEP] b [SEP]` with segment ids 0 for a, 1 for b, and
 pairs truncated longest-first (ties shorten b), as run_classifier did.
 """
-import hashlib
-
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -35,13 +33,6 @@ def load_vocab(vocab_file):
   if missing:
     raise ValueError(f"{vocab_file}: missing reserved tokens {missing}")
   return tokens
-
-
-def file_checksum(path):
-  digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
-    digest.update(f.read())
-  return digest.hexdigest()
 
 
 class Tokenizer:

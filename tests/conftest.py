@@ -26,9 +26,13 @@ TINY_CONFIG = {"vocab_size": len(TINY_VOCAB), "hidden_size": 16,
 
 @pytest.fixture(autouse=True)
 def clean_gin():
+  """Each test starts with no gin bindings and TF's float32 policy (a run of
+  a bf16 experiment sets the process-wide Keras policy)."""
+  import tf_keras
   gin.clear_config()
   yield
   gin.clear_config()
+  tf_keras.mixed_precision.set_global_policy("float32")
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "label_names": [] if regression else list(label_names),
         "do_lower_case": do_lower_case,
         "vocab_file": vocab_file,
-        "vocab_sha256": tokenization.file_checksum(vocab_file),
+        "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)

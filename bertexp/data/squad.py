@@ -314,7 +314,7 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
       "skipped_answer_not_found": stats.skipped_answer_not_found,
       "max_seq_length": max_seq_length, "doc_stride": doc_stride,
       "max_query_length": max_query_length, "do_lower_case": do_lower_case,
-      "vocab_sha256": tokenization.file_checksum(vocab_file),
+      "vocab_sha256": fileio.sha256(vocab_file),
       "vocab_size": len(tokenizer.vocab), "source_file": squad_file,
   }
   fileio.write_json(fileio.join(output_dir, f"squad_{version}_{split}_meta_data"),

@@ -60,6 +60,10 @@ class Task(abc.ABC):
   def write_predictions(self, gathered, output_dir, split):
     raise NotImplementedError(f"{type(self).__name__} cannot predict")
 
+  def input_files(self) -> Dict:
+    """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
+    return {"vocab_file": None, "data_files": []}
+
   def num_train_examples(self) -> int:
     return 0
 

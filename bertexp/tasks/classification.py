@@ -171,6 +171,11 @@ class ClassificationTask(base.Task):
             "max_seq_length": self.meta["max_seq_length"],
             "num_text_features": self.meta.get("num_text_features", 1)}
 
+  def input_files(self):
+    return {"vocab_file": self.meta.get("vocab_file"),
+            "data_files": [self.meta_data_path, self.train_data_path,
+                           *self.eval_paths.values(), *self.test_paths.values()]}
+
   def predict_splits(self):
     return list(self.test_paths)
 

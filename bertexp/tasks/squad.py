@@ -129,6 +129,11 @@ class QuestionAnsweringTask(base.Task):
   def eval_splits(self):
     return {"eval": len(self._eval_data()[1])} if self.predict_file else {}
 
+  def input_files(self):
+    return {"vocab_file": self.vocab_file,
+            "data_files": [self.meta_data_path, self.train_data_path,
+                           self.predict_file]}
+
   def predict_splits(self):
     return ["eval"] if self.predict_file else []
 

@@ -1,0 +1,223 @@
+"""`bertexp sweep`: one trial per (grid binding set, seed), each a complete
+trial.gin run in its own process; resumable; results table and plot.
+
+    OUTPUT_DIR/sweep.json            the sweep's definition (trials, base files)
+    OUTPUT_DIR/<trial>/trial.gin     reruns the trial alone
+    OUTPUT_DIR/<trial>/trial_result.json   status (done / failed + error)
+    OUTPUT_DIR/<trial>/log.txt       the trial process's output
+    OUTPUT_DIR/results.{csv,md,png}  see bertexp.sweep_results
+"""
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from bertexp import fileio
+from bertexp import grids
+
+_ABBREVIATIONS = {"TRAIN_BATCH_SIZE": "bs", "LEARNING_RATE": "lr",
+                  "NUM_TRAIN_EPOCHS": "ep", "SEED": "seed"}
+
+
+@dataclasses.dataclass
+class Trial:
+  name: str
+  bindings: dict           # grid bindings + SEED
+
+  @property
+  def config(self):
+    """The bindings without the seed: trials of one configuration."""
+    return {k: v for k, v in self.bindings.items() if k != "SEED"}
+
+
+def _value_text(value):
+  return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def trial_name(bindings):
+  parts = []
+  for key, value in bindings.items():
+    short = _ABBREVIATIONS.get(key, key.lower())
+    parts.append(f"{short}{_value_text(value)}")
+  name = "_".join(parts)
+  return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
+
+
+def expand(grid, seeds, first_seed=1):
+  """grid x seeds -> trials, seed fastest; names are unique and stable."""
+  trials = []
+  for bindings in grid:
+    for seed in range(first_seed, first_seed + seeds):
+      full = dict(bindings, SEED=seed)
+      trials.append(Trial(trial_name(full), full))
+  names = [t.name for t in trials]
+  if len(set(names)) != len(names):
+    raise ValueError("two trials share a folder name; make grid values "
+                     "distinguishable")
+  return trials
+
+
+def _gin_literal(value):
+  return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _include_path(gin_file):
+  """Relative to experiments/ or gin/ when under them (resolved by every
+  bertexp process's search paths), else absolute."""
+  from bertexp import cli
+  path = os.path.abspath(gin_file)
+  for root in ("experiments", "gin"):
+    base = os.path.join(cli.REPO_ROOT, root) + os.sep
+    if path.startswith(base):
+      return path[len(base):]
+  return path
+
+
+def trial_gin_text(trial, gin_files, gin_params, model_dir, cpu_threads):
+  lines = [f"# Trial {trial.name}: rerun alone with",
+           f"#   bertexp train --gin_file={model_dir}/trial.gin "
+           "--gin_param='MODEL_DIR=\"another/folder\"'"]
+  lines += [f"include '{_include_path(f)}'" for f in gin_files]
+  lines += ["", "# The sweep's --gin_param overrides"] + list(gin_params)
+  lines += ["", "# This trial"]
+  lines += [f"{k} = {_gin_literal(v)}" for k, v in trial.bindings.items()]
+  lines += [f"MODEL_DIR = {_gin_literal(model_dir)}",
+            "bertexp.experiment.deterministic = True",
+            f"bertexp.experiment.cpu_threads = {cpu_threads!r}"]
+  return "\n".join(lines) + "\n"
+
+
+def _status(folder):
+  path = os.path.join(folder, "trial_result.json")
+  return fileio.read_json(path).get("status") if os.path.exists(path) else None
+
+
+def _error_excerpt(log_path, lines=15):
+  with open(log_path, errors="replace") as f:
+    text = f.read().splitlines()
+  errors = [l for l in text if l.startswith("bertexp: error:")]
+  return errors[-1] if errors else "\n".join(text[-lines:])
+
+
+class _Runner:
+  """Runs trial processes; terminates them all if the sweep is interrupted."""
+
+  def __init__(self):
+    self.processes, self.lock = set(), threading.Lock()
+    self.stopping = False
+
+  def run(self, trial, folder):
+    log_path = os.path.join(folder, "log.txt")
+    command = [sys.executable, "-m", "bertexp.cli", "train",
+               f"--gin_file={os.path.join(folder, 'trial.gin')}",
+               "--mode=train_and_eval"]
+    with open(log_path, "a") as log:
+      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+      with self.lock:
+        self.processes.add(process)
+      code = process.wait()
+      with self.lock:
+        self.processes.discard(process)
+    status = "done" if code == 0 else (
+        "interrupted" if self.stopping else "failed")
+    result = {"trial": trial.name, "bindings": trial.bindings,
+              "status": status, "exit_code": code}
+    if code != 0:
+      result["error"] = _error_excerpt(log_path)
+    fileio.write_json(os.path.join(folder, "trial_result.json"), result)
+    print(f"[{result['status']}] {trial.name}"
+          + (f": {result['error']}" if code else ""), flush=True)
+    return result
+
+  def stop(self):
+    self.stopping = True
+    with self.lock:
+      for process in self.processes:
+        process.terminate()
+
+
+def _raise_interrupt(signum, frame):
+  raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _definition(args, trials):
+  return {"gin_files": args.gin_file, "gin_params": args.gin_param,
+          "grid": args.grid, "seeds": args.seeds, "first_seed": args.first_seed,
+          "trials": [{"name": t.name, "bindings": t.bindings} for t in trials]}
+
+
+def _check_same_sweep(path, definition):
+  if not os.path.exists(path):
+    return
+  old = fileio.read_json(path)
+  for key in ("gin_files", "gin_params", "trials"):
+    if old.get(key) != definition[key]:
+      raise ValueError(
+          f"{path}: this folder holds another sweep ({key} differ); use a new "
+          "--output_dir or the same arguments to resume")
+
+
+def plan(trials, gin_files, gin_params, output_dir):
+  """The schedule of every trial (parsed in this process, nothing trained)."""
+  from bertexp import cli
+  from bertexp import run
+  rows = []
+  for trial in trials:
+    params = list(gin_params) + [f"{k}={_gin_literal(v)}"
+                                 for k, v in trial.bindings.items()]
+    params.append(f"MODEL_DIR={_gin_literal(os.path.join(output_dir, trial.name))}")
+    cli.parse_gin(gin_files, params)
+    rows.append(dict(run.experiment(mode="plan"), trial=trial.name))
+  return rows
+
+
+def run_sweep(args):
+  trials = expand(grids.load_grid(args.grid), args.seeds, args.first_seed)
+  if args.dry_run:
+    print(f"{len(trials)} trials ({args.grid} x {args.seeds} seeds):")
+    for row in plan(trials, args.gin_file, args.gin_param, args.output_dir):
+      print(f"  {row['trial']}: global batch {row['global_batch_size']}, "
+            f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
+            f"evaluation), warmup {row['warmup_steps']}", flush=True)
+    return []
+  os.makedirs(args.output_dir, exist_ok=True)
+  definition = _definition(args, trials)
+  sweep_json = os.path.join(args.output_dir, "sweep.json")
+  _check_same_sweep(sweep_json, definition)
+  fileio.write_json(sweep_json, definition)
+  cpu_threads = (max(1, (os.cpu_count() or 1) // args.parallel)
+                 if args.parallel > 1 else None)
+  pending = []
+  for trial in trials:
+    folder = os.path.join(args.output_dir, trial.name)
+    os.makedirs(folder, exist_ok=True)
+    if _status(folder) == "done":
+      print(f"[skip] {trial.name}: finished earlier", flush=True)
+      continue
+    gin_path = os.path.join(folder, "trial.gin")
+    if not os.path.exists(gin_path):     # a rerun keeps the trial's own file
+      fileio.write_text(gin_path, trial_gin_text(
+          trial, args.gin_file, args.gin_param, folder, cpu_threads))
+    pending.append((trial, folder))
+  if args.max_trials is not None:
+    pending = pending[:args.max_trials]
+  logging.info("sweep: %d trials, %d to run, %d in parallel", len(trials),
+               len(pending), args.parallel)
+  runner = _Runner()
+  pool = concurrent.futures.ThreadPoolExecutor(args.parallel)
+  signal.signal(signal.SIGTERM, _raise_interrupt)
+  try:
+    results = list(pool.map(lambda p: runner.run(*p), pending))
+  except BaseException:
+    runner.stop()        # a rerun restarts these trials from their checkpoints
+    raise
+  finally:
+    pool.shutdown(wait=True, cancel_futures=True)
+  from bertexp import sweep_results
+  sweep_results.write(args.output_dir)
+  return results

@@ -1,0 +1,166 @@
+"""bertexp sweep / results: grids, trial.gin, resumability, failures,
+determinism, and a real 4-trial sweep of the tiny demo configuration."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertexp import cli
+from bertexp import grids
+from bertexp import sweep
+from conftest import REPO
+from test_train import _setup
+
+DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
+
+
+def test_named_grids_and_seeds():
+  a3 = grids.load_grid("paper_a3")
+  assert len(a3) == 18 and {g["TRAIN_BATCH_SIZE"] for g in a3} == {16, 32}
+  assert {g["LEARNING_RATE"] for g in a3} == {5e-5, 3e-5, 2e-5}
+  assert {g["NUM_TRAIN_EPOCHS"] for g in a3} == {2, 3, 4}
+  table1 = grids.load_grid("paper_table1")
+  assert [g["LEARNING_RATE"] for g in table1] == [5e-5, 4e-5, 3e-5, 2e-5]
+  assert all(g["TRAIN_BATCH_SIZE"] == 32 and g["NUM_TRAIN_EPOCHS"] == 3
+             for g in table1)
+  small = grids.load_grid("small_bert")
+  assert len(small) == 20 and {g["NUM_TRAIN_EPOCHS"] for g in small} == {4}
+  trials = sweep.expand(a3, seeds=5)
+  assert len(trials) == 90 and len({t.name for t in trials}) == 90
+  assert trials[0].name == "bs16_lr5e-05_ep2_seed1"
+  assert [t.bindings["SEED"] for t in trials[:5]] == [1, 2, 3, 4, 5]
+
+
+def test_user_grid_file_with_ml_collections(tmp_path):
+  path = tmp_path / "grid.py"
+  path.write_text(
+      "from bertexp.grids import cross, product, zip_axes\n"
+      "def grid():\n"
+      "  return cross(zip_axes(LEARNING_RATE=[1e-4, 5e-5], TRAIN_BATCH_SIZE=[8, 16]),\n"
+      "               product(NUM_TRAIN_EPOCHS=[1, 2]))\n")
+  grid = grids.load_grid(str(path))
+  assert grid == [
+      {"LEARNING_RATE": 1e-4, "TRAIN_BATCH_SIZE": 8, "NUM_TRAIN_EPOCHS": 1},
+      {"LEARNING_RATE": 1e-4, "TRAIN_BATCH_SIZE": 8, "NUM_TRAIN_EPOCHS": 2},
+      {"LEARNING_RATE": 5e-5, "TRAIN_BATCH_SIZE": 16, "NUM_TRAIN_EPOCHS": 1},
+      {"LEARNING_RATE": 5e-5, "TRAIN_BATCH_SIZE": 16, "NUM_TRAIN_EPOCHS": 2}]
+
+
+@pytest.mark.parametrize("body,message", [
+    ("return [{'learning_rate': 1e-4}]", "not a gin macro name"),
+    ("return [{'SEED': 3}]", "seeds come from --seeds"),
+    ("return []", "empty"),
+    ("return [{'LEARNING_RATE': 1e-4}, {'LEARNING_RATE': 1e-4}]", "repeats"),
+])
+def test_bad_grids_are_clear_errors(tmp_path, body, message):
+  path = tmp_path / "grid.py"
+  path.write_text(f"def grid():\n  {body}\n")
+  with pytest.raises(ValueError, match=message):
+    grids.load_grid(str(path))
+  with pytest.raises(ValueError, match="not one of"):
+    grids.load_grid("paper_a4")
+
+
+@pytest.fixture
+def sweep_setup(tmp_path, tiny_vocab, tiny_config):
+  paths = _setup(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+  grid = tmp_path / "grid.py"
+  grid.write_text("from bertexp.grids import product\n"
+                  "def grid():\n"
+                  "  return product(LEARNING_RATE=[1e-3, 1e-4])\n")
+  params = [f'--gin_param={k}="{v}"' for k, v in paths.items()
+            if k != "MODEL_DIR"] + [
+      "--gin_param=TRAIN_BATCH_SIZE=8", "--gin_param=EVAL_BATCH_SIZE=8",
+      "--gin_param=NUM_TRAIN_EPOCHS=2", "--gin_param=STEPS_PER_LOOP=4",
+      "--gin_param=bertexp.configure_numerics.precision='float32'"]
+  return ["sweep", f"--gin_file={DEMO}", f"--grid={grid}", "--seeds=2",
+          f"--output_dir={tmp_path}/sweep"] + params, tmp_path / "sweep"
+
+
+def test_dry_run_prints_derived_steps(sweep_setup, capsys):
+  args, out = sweep_setup
+  assert cli.main(args + ["--dry_run"]) == 0
+  text = capsys.readouterr().out
+  # 64 training sentences / batch 8 = 8 steps per epoch, 2 epochs, warmup 10 %.
+  assert "4 trials" in text
+  assert "lr0.001_seed1: global batch 8, 16 steps (8 per evaluation), warmup 1" in text
+  assert not out.exists()
+
+
+def _checkpoint_values(model_dir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.startswith("model/") and "OPTIMIZER_SLOT" not in name}
+
+
+def test_sweep_resumes_writes_table_and_plot_and_trials_rerun_alone(
+    sweep_setup, capsys):
+  args, out = sweep_setup
+  # Interrupted after two trials ...
+  assert cli.main(args + ["--max_trials=2"]) == 0
+  first = sorted(p.name for p in out.iterdir() if (p / "trial_result.json").exists())
+  assert first == ["lr0.001_seed1", "lr0.001_seed2"]
+  stamp = (out / first[0] / "training_summary.json").stat().st_mtime
+  assert "not run" in (out / "results.md").read_text()
+  capsys.readouterr()
+  # ... the rerun runs only the rest.
+  assert cli.main(args) == 0
+  printed = capsys.readouterr().out
+  assert "[skip] lr0.001_seed1" in printed and "[done] lr0.0001_seed2" in printed
+  assert (out / first[0] / "training_summary.json").stat().st_mtime == stamp
+
+  with open(out / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [r["trial"] for r in rows] == ["lr0.001_seed1", "lr0.001_seed2",
+                                        "lr0.0001_seed1", "lr0.0001_seed2"]
+  assert all(r["status"] == "done" and 0 <= float(r["accuracy"]) <= 1 for r in rows)
+  assert {r["total_training_steps"] for r in rows} == {"16"}
+  table = (out / "results.md").read_text()
+  assert "LEARNING_RATE=0.001 | " in table and "dev selection" in table
+  assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  summary = json.loads((out / "lr0.001_seed1" / "training_summary.json").read_text())
+  record = summary["provenance"]
+  assert record["seed"] == 1 and record["deterministic"] is True
+  assert record["init_checkpoint"]["sha256"] and record["vocab_file"]["sha256"]
+  assert len(record["data_files"]) == 4 and record["versions"]["tensorflow"]
+  for name in ("config.gin", "operative_config.gin", "trial.gin"):
+    assert (out / "lr0.001_seed1" / name).exists()
+  # Different seeds really differ (the comparison below can fail).
+  seed2 = json.loads((out / "lr0.001_seed2" / "training_summary.json").read_text())
+  assert summary["train_loss"] != seed2["train_loss"]
+
+  # trial.gin alone, into another folder: the same weights and metrics, bit for bit.
+  rerun = out.parent / "rerun"
+  assert cli.main(["train", f"--gin_file={out}/lr0.001_seed1/trial.gin",
+                   f'--gin_param=MODEL_DIR="{rerun}"']) == 0
+  again = json.loads((rerun / "training_summary.json").read_text())
+  assert again["eval_metrics"] == summary["eval_metrics"]
+  assert again["train_loss"] == summary["train_loss"]
+  theirs, ours = _checkpoint_values(out / "lr0.001_seed1"), _checkpoint_values(rerun)
+  assert theirs.keys() == ours.keys() and len(ours) > 10
+  for name in ours:
+    np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+  # `bertexp results` rebuilds the same table from disk.
+  (out / "results.md").unlink()
+  assert cli.main(["results", str(out)]) == 0
+  assert (out / "results.md").read_text() == table
+
+
+def test_failed_trial_is_recorded_and_the_sweep_goes_on(sweep_setup, tmp_path):
+  args, out = sweep_setup
+  grid = tmp_path / "bad_grid.py"
+  grid.write_text("def grid():\n"
+                  "  return [{'TRAIN_BATCH_SIZE': 1000}, {'TRAIN_BATCH_SIZE': 32}]\n")
+  args = [a if not a.startswith("--grid=") else f"--grid={grid}" for a in args]
+  args = [a if a != "--seeds=2" else "--seeds=1" for a in args]
+  args = [a for a in args if "TRAIN_BATCH_SIZE" not in a]
+  assert cli.main(args) == 0
+  bad = json.loads((out / "bs1000_seed1" / "trial_result.json").read_text())
+  assert bad["status"] == "failed" and "smaller than one batch" in bad["error"]
+  good = json.loads((out / "bs32_seed1" / "trial_result.json").read_text())
+  assert good["status"] == "done"
+  assert "failed: bertexp: error:" in (out / "results.md").read_text()

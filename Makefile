@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression demo-squad test bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep test bench clean
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,13 @@ demo-regression: demo-data
 	rm -rf runs/demo_regression
 	$(BERTEXP) train --gin_file=experiments/demo/movie_score_regression_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/demo_regression"' --mode=train_and_eval
+
+# A reduced sweep of the demo: 2 learning rates x 2 seeds, 60 steps each;
+# rerunning resumes (finished trials are skipped).
+demo-sweep: demo-data
+	$(BERTEXP) sweep --gin_file=experiments/demo/movie_sentiment_cpu.gin \
+	  --grid=experiments/sweeps/demo_lr.py --seeds=2 --output_dir=runs/demo_sweep \
+	  --gin_param=TRAIN_STEPS=60
 
 # SQuAD v1.1: MiniLM fine-tuned on the first 2,500 training questions, scored on
 # the first 300 dev questions with the official rules.

@@ -40,10 +40,12 @@ def _value_text(value):
 
 
 def trial_name(bindings):
-  parts = []
-  for key, value in bindings.items():
-    short = _ABBREVIATIONS.get(key, key.lower())
-    parts.append(f"{short}{_value_text(value)}")
+  """e.g. bs32_lr3e-05_ep3_seed1: known macros first, others sorted, seed last."""
+  known = [k for k in _ABBREVIATIONS if k in bindings and k != "SEED"]
+  order = known + sorted(set(bindings) - set(_ABBREVIATIONS)) + (
+      ["SEED"] if "SEED" in bindings else [])
+  parts = [f"{_ABBREVIATIONS.get(k, k.lower())}{_value_text(bindings[k])}"
+           for k in order]
   name = "_".join(parts)
   return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
 

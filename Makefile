@@ -53,12 +53,13 @@ demo-regression: demo-data
 	$(BERTEXP) train --gin_file=experiments/demo/movie_score_regression_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/demo_regression"' --mode=train_and_eval
 
-# A reduced sweep of the demo: 2 learning rates x 2 seeds, 60 steps each;
+# A reduced sweep of the demo: 2 learning rates x 2 seeds, 60 steps each
+# (checkpoints every 20 steps, so an interrupted trial resumes mid-way);
 # rerunning resumes (finished trials are skipped).
 demo-sweep: demo-data
 	$(BERTEXP) sweep --gin_file=experiments/demo/movie_sentiment_cpu.gin \
 	  --grid=experiments/sweeps/demo_lr.py --seeds=2 --output_dir=runs/demo_sweep \
-	  --gin_param=TRAIN_STEPS=60
+	  --gin_param=TRAIN_STEPS=60 --gin_param=bertexp.experiment.checkpoint_interval_steps=20
 
 # SQuAD v1.1: MiniLM fine-tuned on the first 2,500 training questions, scored on
 # the first 300 dev questions with the official rules.

@@ -179,7 +179,13 @@ def cmd_sweep(args):
   from bertexp import sweep
   if args.parallel < 1 or args.seeds < 1:
     raise ValueError("--parallel and --seeds must be at least 1")
-  results = sweep.run_sweep(args)
+  try:
+    results = sweep.run_sweep(args)
+  except KeyboardInterrupt:
+    print("sweep interrupted: rerun the same command to resume (finished "
+          "trials are skipped, the others restart from their checkpoints)",
+          file=sys.stderr, flush=True)
+    raise SystemExit(130) from None
   failed = [r for r in results if r["status"] != "done"]
   if failed:
     print(f"{len(failed)} trial(s) failed: see their log.txt", flush=True)

@@ -129,11 +129,11 @@ class _Runner:
         "interrupted" if self.stopping else "failed")
     result = {"trial": trial.name, "bindings": trial.bindings,
               "status": status, "exit_code": code}
-    if code != 0:
+    if status == "failed":
       result["error"] = _error_excerpt(log_path)
     fileio.write_json(os.path.join(folder, "trial_result.json"), result)
     print(f"[{result['status']}] {trial.name}"
-          + (f": {result['error']}" if code else ""), flush=True)
+          + (f": {result['error']}" if status == "failed" else ""), flush=True)
     return result
 
   def stop(self):

@@ -101,9 +101,12 @@ class RecordWriter:
     self._writer = tf.io.TFRecordWriter(self.tmp)
 
   def write_batch(self, features):
-    for record in serialize_examples(features):
+    self.write_serialized(serialize_examples(features))
+
+  def write_serialized(self, examples):
+    for record in examples:
       self._writer.write(record)
-      self.count += 1
+    self.count += len(examples)
 
   def commit(self):
     self._writer.close()

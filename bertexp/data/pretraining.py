@@ -1,0 +1,398 @@
+"""`bertexp prepare pretraining`: raw text -> MLM/NSP TFRecords with
+google-research/bert's create_pretraining_data semantics.
+
+Input: one sentence per line, a blank line between documents (a new file
+also starts a document). Per document (and per `dupe_factor` pass) segments
+are packed up to max_seq_length - 3 tokens (a shorter random target with
+short_seq_prob); A is a random number of whole segments, B is the actual
+continuation or, half of the time, text from a random other document; the
+pair is truncated at random ends; then masked_lm_prob of the tokens (at most
+max_predictions_per_seq) are chosen as whole words when asked, each 80 %
+[MASK] / 10 % unchanged / 10 % a random vocab token.
+
+Differences from the original, on purpose: the corpus is streamed in chunks
+of documents (random next sentences come from another document of the same
+chunk; chunks hold ~`chunk_bytes` of text), instances are shuffled within a
+chunk, and chunks are processed by parallel worker processes. Every chunk has
+its own seeded RNG, so the output is byte-identical for a seed whatever the
+number of workers. Whole-word groups never cross [SEP].
+
+Chinese whole-word masking: with `chinese_word_segmenter="jieba"`, the
+characters of one segmenter word form one masking group.
+"""
+import dataclasses
+import logging
+import multiprocessing
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+from bertexp import fileio
+
+FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+            "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  vocab_file: str
+  max_seq_length: int = 128
+  max_predictions_per_seq: int = 20
+  masked_lm_prob: float = 0.15
+  short_seq_prob: float = 0.1
+  dupe_factor: int = 10
+  random_seed: int = 12345
+  do_whole_word_mask: bool = False
+  chinese_word_segmenter: str = None      # None or "jieba"
+  do_lower_case: bool = True
+
+  def check(self):
+    if self.max_seq_length < 5:
+      raise ValueError(f"max_seq_length {self.max_seq_length} leaves no room: "
+                       "[CLS] A [SEP] B [SEP] needs at least 5 positions")
+    if not 0 < self.masked_lm_prob < 1:
+      raise ValueError(f"masked_lm_prob {self.masked_lm_prob} is not in (0, 1)")
+    if self.max_predictions_per_seq < 1 or self.dupe_factor < 1:
+      raise ValueError("max_predictions_per_seq and dupe_factor must be >= 1")
+    if self.chinese_word_segmenter not in (None, "jieba"):
+      raise ValueError(f"chinese_word_segmenter {self.chinese_word_segmenter!r}"
+                       " is not 'jieba'")
+
+
+# -- reading -----------------------------------------------------------------
+
+def read_chunks(files, chunk_bytes):
+  """Streams [documents] of about chunk_bytes; a document = list of lines.
+  Yields (chunk, bytes read so far)."""
+  chunk, document, size, done = [], [], 0, 0
+  for path in files:
+    with open(path, encoding="utf-8", errors="strict") as f:
+      for line_number, line in enumerate(f, 1):
+        done += len(line.encode("utf-8")) if not line.isascii() else len(line)
+        line = line.strip()
+        if line:
+          document.append(line)
+          size += len(line)
+          continue
+        if document:
+          chunk.append(document)
+          document = []
+        if size >= chunk_bytes:
+          yield chunk, done
+          chunk, size = [], 0
+    if document:            # a file's end ends its last document
+      chunk.append(document)
+      document = []
+  if chunk:
+    yield chunk, done
+
+
+# -- one chunk (runs in a worker) --------------------------------------------
+
+class _Worker:
+  """Tokenizer + vocab tables, built once per process."""
+
+  def __init__(self, options):
+    from bertexp import tokenization
+    self.options = options
+    self.tokenizer = tokenization.Tokenizer(options.vocab_file,
+                                            options.do_lower_case)
+    vocab = self.tokenizer.vocab
+    if "[MASK]" not in self.tokenizer.token_to_id:
+      raise ValueError(f"{options.vocab_file}: no [MASK] token (pretraining "
+                       "needs [PAD] [UNK] [CLS] [SEP] [MASK])")
+    self.vocab_size = len(vocab)
+    self.cls, self.sep = self.tokenizer.cls_id, self.tokenizer.sep_id
+    self.mask = self.tokenizer.token_to_id["[MASK]"]
+    self.continuation = np.array([t.startswith("##") for t in vocab])
+    self.cjk = np.array([len(t) == 1 and _is_cjk(t) for t in vocab])
+    self.segment = None
+    if options.chinese_word_segmenter == "jieba":
+      import jieba
+      jieba.setLogLevel(logging.WARNING)
+      self.segment = jieba.lcut
+
+  def tokenize_lines(self, lines):
+    """-> [(ids int32 [n], word_start bool [n])] per line."""
+    if self.segment is None:
+      ids = self.tokenizer.tokenize(lines)
+      return [(x, ~self.continuation[x]) for x in ids]
+    words_per_line = [[w for w in self.segment(line) if w.strip()] for line in lines]
+    flat = [w for words in words_per_line for w in words]
+    word_ids = self.tokenizer.tokenize(flat) if flat else []
+    result, k = [], 0
+    for words in words_per_line:
+      pieces, starts = [], []
+      for ids in word_ids[k:k + len(words)]:
+        # A word's first token starts it; inside a segmenter word, CJK
+        # characters and ## pieces continue it.
+        start = ~(self.continuation[ids] | self.cjk[ids])
+        start[:1] = True
+        pieces.append(ids)
+        starts.append(start)
+      k += len(words)
+      result.append((np.concatenate(pieces) if pieces else np.zeros(0, np.int32),
+                     np.concatenate(starts) if starts else np.zeros(0, bool)))
+    return result
+
+  def process(self, chunk, seed):
+    """documents -> (serialised examples, stats)."""
+    from bertexp.data import records
+    lines = [line for document in chunk for line in document]
+    tokenized = self.tokenize_lines(lines)
+    stats = {"documents": 0, "lines": len(lines), "empty_lines": 0,
+             "tokens": 0, "instances": 0, "masked": 0, "random_next": 0,
+             "instance_tokens": 0, "masked_as_mask": 0, "masked_kept": 0, "masked_random": 0,
+             "random_next_same_document": 0}
+    documents, k = [], 0
+    for document in chunk:
+      segments = []
+      for ids, starts in tokenized[k:k + len(document)]:
+        if len(ids):
+          segments.append((ids, starts))
+          stats["tokens"] += len(ids)
+        else:
+          stats["empty_lines"] += 1       # nothing left after tokenization
+      k += len(document)
+      if segments:
+        documents.append(segments)
+    stats["documents"] = len(documents)
+    # Python's RNG for the per-instance decisions, numpy's for the masks.
+    rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    instances = []
+    for _ in range(self.options.dupe_factor):
+      for index in range(len(documents)):
+        instances.extend(self._instances(documents, index, rng, np_rng, stats))
+    rng.shuffle(instances)
+    stats["instances"] = len(instances)
+    if not instances:
+      return [], stats
+    columns = {name: np.stack([inst[i] for inst in instances])
+               for i, name in enumerate(FEATURES)}
+    return records.serialize_examples(columns), stats
+
+  def _instances(self, documents, index, rng, np_rng, stats):
+    options = self.options
+    document = documents[index]
+    max_tokens = options.max_seq_length - 3
+    target = max_tokens
+    if rng.random() < options.short_seq_prob:
+      target = rng.randint(2, max_tokens)
+    result, chunk, length, i = [], [], 0, 0
+    while i < len(document):
+      chunk.append(document[i])
+      length += len(document[i][0])
+      if i == len(document) - 1 or length >= target:
+        a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+        a = list(chunk[:a_end])
+        b = []
+        if len(chunk) == 1 or rng.random() < 0.5:
+          is_random = True
+          b_target = target - sum(len(s[0]) for s in a)
+          for _ in range(10):
+            other = rng.randint(0, len(documents) - 1)
+            if other != index:
+              break
+          if other == index:
+            stats["random_next_same_document"] += 1
+          random_document = documents[other]
+          b_length = 0
+          for j in range(rng.randint(0, len(random_document) - 1),
+                         len(random_document)):
+            b.append(random_document[j])
+            b_length += len(random_document[j][0])
+            if b_length >= b_target:
+              break
+          i -= len(chunk) - a_end            # unused segments go back
+        else:
+          is_random = False
+          b = list(chunk[a_end:])
+        result.append(self._instance(a, b, is_random, rng, np_rng, stats))
+        chunk, length = [], 0
+      i += 1
+    return result
+
+  def _instance(self, a, b, is_random, rng, np_rng, stats):
+    options = self.options
+    ids_a = np.concatenate([s[0] for s in a])
+    ids_b = np.concatenate([s[0] for s in b])
+    start_a = np.concatenate([s[1] for s in a])
+    start_b = np.concatenate([s[1] for s in b])
+    # Truncate the longer side at a random end until the pair fits.
+    lo_a, hi_a, lo_b, hi_b = 0, len(ids_a), 0, len(ids_b)
+    while (hi_a - lo_a) + (hi_b - lo_b) > options.max_seq_length - 3:
+      if hi_a - lo_a > hi_b - lo_b:
+        if rng.random() < 0.5:
+          lo_a += 1
+        else:
+          hi_a -= 1
+      elif rng.random() < 0.5:
+        lo_b += 1
+      else:
+        hi_b -= 1
+    ids_a, start_a = ids_a[lo_a:hi_a], start_a[lo_a:hi_a].copy()
+    ids_b, start_b = ids_b[lo_b:hi_b], start_b[lo_b:hi_b].copy()
+    start_a[:1] = True        # a cut word still starts its segment's group
+    start_b[:1] = True
+    n_a, n_b = len(ids_a), len(ids_b)
+    tokens = np.concatenate([[self.cls], ids_a, [self.sep], ids_b, [self.sep]])
+    n = len(tokens)
+    # Masking groups: whole words (or single tokens); never [CLS]/[SEP].
+    # Groups are visited in random order and taken while they fit.
+    positions = np.concatenate([np.arange(1, 1 + n_a),
+                                np.arange(2 + n_a, 2 + n_a + n_b)])
+    to_predict = min(options.max_predictions_per_seq,
+                     max(1, int(round(n * options.masked_lm_prob))))
+    if options.do_whole_word_mask:
+      group = np.cumsum(np.concatenate([start_a, start_b])) - 1      # [n_a+n_b]
+      sizes = np.bincount(group)
+      order = np_rng.permutation(len(sizes))
+      chosen, count = [], 0
+      for g in order.tolist():
+        if count >= to_predict:
+          break
+        if count + sizes[g] <= to_predict:
+          chosen.append(g)
+          count += sizes[g]
+      taken = np.zeros(len(sizes), bool)
+      taken[chosen] = True
+      masked = positions[taken[group]]
+    else:
+      masked = np.sort(positions[np_rng.permutation(len(positions))[:to_predict]])
+    labels = tokens[masked]
+    output = tokens.copy()
+    # 80 % [MASK], 10 % unchanged, 10 % a random token (of the whole vocab).
+    draw = np_rng.random(len(masked))
+    as_mask, as_random = draw < 0.8, draw >= 0.9
+    output[masked[as_mask]] = self.mask
+    output[masked[as_random]] = np_rng.integers(0, self.vocab_size,
+                                                int(as_random.sum()))
+    stats["masked_as_mask"] += int(as_mask.sum())
+    stats["masked_random"] += int(as_random.sum())
+    stats["masked_kept"] += len(masked) - int(as_mask.sum()) - int(as_random.sum())
+    stats["masked"] += len(masked)
+    stats["instance_tokens"] += n
+    stats["random_next"] += int(is_random)
+    seq, preds = options.max_seq_length, options.max_predictions_per_seq
+    input_ids = np.zeros(seq, np.int64)
+    input_ids[:n] = output
+    mask = np.zeros(seq, np.int64)
+    mask[:n] = 1
+    segments = np.zeros(seq, np.int64)
+    segments[2 + n_a:n] = 1
+    lm_positions = np.zeros(preds, np.int64)
+    lm_positions[:len(masked)] = masked
+    lm_ids = np.zeros(preds, np.int64)
+    lm_ids[:len(masked)] = labels
+    lm_weights = np.zeros(preds, np.float32)
+    lm_weights[:len(masked)] = 1.0
+    return (input_ids, mask, segments, lm_positions, lm_ids, lm_weights,
+            np.array([int(is_random)], np.int64))
+
+
+def _is_cjk(ch):
+  cp = ord(ch)
+  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
+          0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
+          0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
+          0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+_WORKER = None
+
+
+def _init_worker(options):
+  global _WORKER
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  _WORKER = _Worker(options)
+
+
+def _process(task):
+  chunk, seed, bytes_read = task
+  return bytes_read, _WORKER.process(chunk, seed)
+
+
+def _chunk_seed(random_seed, chunk_index):
+  return (random_seed * 1_000_003 + chunk_index) % (2 ** 63)
+
+
+class _Progress:
+  def __init__(self, total_bytes):
+    self.total, self.start, self.last = total_bytes, time.time(), 0.0
+
+  def update(self, done_bytes, instances, final=False):
+    now = time.time()
+    if not final and now - self.last < 0.5:
+      return
+    self.last = now
+    rate = done_bytes / 1e6 / max(now - self.start, 1e-9)
+    sys.stderr.write(f"\rprepare pretraining: {done_bytes / 1e6:.1f}/"
+                     f"{self.total / 1e6:.1f} MB, {instances:,} instances, "
+                     f"{rate:.2f} MB/s" + ("\n" if final else ""))
+    sys.stderr.flush()
+
+
+def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
+                        chunk_bytes=1 << 20, progress=True):
+  """Writes output_file (TFRecord) and <output stem>_meta_data; returns meta."""
+  from bertexp.data import pipeline
+  from bertexp.data import records
+  options.check()
+  files = pipeline.list_files(input_files) if isinstance(input_files, str) \
+      else list(input_files)
+  total = sum(os.path.getsize(f) for f in files)
+  num_workers = num_workers or min(2, os.cpu_count() or 1)
+  if os.path.dirname(output_file):
+    fileio.makedirs(os.path.dirname(output_file))
+  writer = records.RecordWriter(output_file)
+  stats, progress_bar = {}, _Progress(total) if progress else None
+  start = time.time()
+  tasks = ((chunk, _chunk_seed(options.random_seed, i), bytes_read)
+           for i, (chunk, bytes_read) in enumerate(read_chunks(files, chunk_bytes)))
+  pool = None
+  try:
+    if num_workers > 1:
+      pool = multiprocessing.get_context("spawn").Pool(
+          num_workers, initializer=_init_worker, initargs=(options,))
+      results = pool.imap(_process, tasks)
+    else:
+      _init_worker(options)
+      results = map(_process, tasks)
+    for bytes_read, (examples, chunk_stats) in results:
+      writer.write_serialized(examples)
+      for key, value in chunk_stats.items():
+        stats[key] = stats.get(key, 0) + value
+      if progress_bar:
+        progress_bar.update(bytes_read, writer.count)
+    if not writer.count:
+      raise ValueError(f"{input_files}: no pretraining instance (empty corpus, "
+                       "or no line with a token in the vocabulary)")
+    writer.commit()
+  except BaseException:
+    writer.abort()
+    raise
+  finally:
+    if pool:
+      pool.terminate()
+  seconds = time.time() - start
+  if progress_bar:
+    progress_bar.update(total, writer.count, final=True)
+  meta = dict(dataclasses.asdict(options), task="pretraining",
+              input_files=files, input_bytes=total, train_data_size=writer.count,
+              vocab_sha256=fileio.sha256(options.vocab_file),
+              seconds=round(seconds, 2),
+              masked_fraction=stats["masked"] / max(1, stats["instance_tokens"]),
+              **stats)
+  fileio.write_json(meta_path(output_file), meta)
+  logging.info("%s: %d instances from %d documents (%d lines, %d without "
+               "tokens skipped), %.1f MB in %.1f s", output_file, writer.count,
+               stats["documents"], stats["lines"], stats["empty_lines"],
+               total / 1e6, seconds)
+  return meta
+
+
+def meta_path(output_file):
+  return os.path.splitext(output_file)[0] + "_meta_data"

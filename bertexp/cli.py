@@ -1,4 +1,5 @@
-"""`bertexp` subcommands: train, prepare, convert-checkpoint, sweep, results.
+"""`bertexp` subcommands: train, prepare, build-vocab, convert-checkpoint,
+sweep, results, evaluate-squad, export-tflite.
 
     bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
@@ -106,6 +107,24 @@ def cmd_prepare(args):
                 max_seq_length=args.max_seq_length,
                 do_lower_case=not args.no_lower_case,
                 max_position_embeddings=_max_positions(args.bert_config_file))
+  if args.kind == "pretraining":
+    from bertexp.data import pretraining
+    options = pretraining.Options(
+        vocab_file=args.vocab_file, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq,
+        masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
+        dupe_factor=args.dupe_factor, random_seed=args.random_seed,
+        do_whole_word_mask=args.do_whole_word_mask,
+        chinese_word_segmenter=args.chinese_word_segmenter,
+        do_lower_case=not args.no_lower_case)
+    meta = pretraining.prepare_pretraining(
+        input_files=args.input_file, output_file=args.output_file,
+        options=options, num_workers=args.num_workers)
+    print(f"prepared pretraining: {meta['train_data_size']} instances from "
+          f"{meta['documents']} documents, masked fraction "
+          f"{meta['masked_fraction']:.4f}, {meta['unknown_tokens']} [UNK] of "
+          f"{meta['tokens']} tokens -> {args.output_file}", flush=True)
+    return
   if args.kind == "squad":
     from bertexp.data import squad
     meta = squad.prepare_squad(
@@ -140,6 +159,14 @@ def _max_positions(bert_config_file):
   from bertexp import modeling
   return modeling.BertConfig.from_json_file(
       bert_config_file).max_position_embeddings
+
+
+def cmd_build_vocab(args):
+  from bertexp import vocab
+  tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
+                             do_lower_case=not args.no_lower_case,
+                             chinese=args.chinese)
+  print(f"wrote {len(tokens)} tokens to {args.output}", flush=True)
 
 
 def cmd_convert(args):
@@ -267,6 +294,24 @@ def build_parser():
   sq.add_argument("--max_query_length", type=int, default=64)
   sq.add_argument("--eval", action="store_true",
                   help="evaluation windows (no answer positions)")
+  pt = prep_sub.add_parser("pretraining", help="raw text -> MLM/NSP records")
+  pt.add_argument("--input_file", required=True,
+                  help="glob(s), comma separated: one sentence per line, "
+                       "blank line between documents")
+  pt.add_argument("--output_file", required=True)
+  pt.add_argument("--vocab_file", required=True)
+  pt.add_argument("--max_seq_length", type=int, default=128)
+  pt.add_argument("--max_predictions_per_seq", type=int, default=20)
+  pt.add_argument("--masked_lm_prob", type=float, default=0.15)
+  pt.add_argument("--short_seq_prob", type=float, default=0.1)
+  pt.add_argument("--dupe_factor", type=int, default=10)
+  pt.add_argument("--random_seed", type=int, default=12345)
+  pt.add_argument("--do_whole_word_mask", action="store_true")
+  pt.add_argument("--chinese_word_segmenter", choices=["jieba"])
+  pt.add_argument("--no_lower_case", action="store_true")
+  pt.add_argument("--num_workers", type=int,
+                  help="processes (default: up to 2, one per core)")
+  pt.set_defaults(func=cmd_prepare)
   for p in (glue, cls, sq):
     p.add_argument("--vocab_file", required=True)
     p.add_argument("--output_dir", required=True)
@@ -277,6 +322,15 @@ def build_parser():
     p.add_argument("--bert_config_file",
                    help="checks max_seq_length against the model")
     p.set_defaults(func=cmd_prepare)
+
+  voc = sub.add_parser("build-vocab", help="raw text -> WordPiece vocab.txt")
+  voc.add_argument("--input_file", required=True, help="glob(s), comma separated")
+  voc.add_argument("--vocab_size", type=int, required=True)
+  voc.add_argument("--output", required=True)
+  voc.add_argument("--chinese", action="store_true",
+                   help="a large CJK alphabet; no ##<CJK> pieces")
+  voc.add_argument("--no_lower_case", action="store_true")
+  voc.set_defaults(func=cmd_build_vocab)
 
   conv = sub.add_parser("convert-checkpoint",
                         help="foreign checkpoint -> bertexp checkpoint folder")

@@ -35,6 +35,17 @@ def load_vocab(vocab_file):
   return tokens
 
 
+def normalize(texts, do_lower_case):
+  """FullTokenizer's text cleaning and lower-casing, as string ops."""
+  texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Zs}]", " ")
+  texts = tf.strings.regex_replace(texts, r"[\x{0}\x{fffd}\p{C}]", "")
+  if do_lower_case:
+    texts = tf.strings.lower(texts, encoding="utf-8")
+    texts = tf_text.normalize_utf8(texts, "NFD")
+    texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+  return texts
+
+
 class Tokenizer:
   """Text -> WordPiece ids, in batches, with tensorflow_text's C++ tokenizer."""
 
@@ -55,14 +66,7 @@ class Tokenizer:
         lower_case_nfd_strip_accents=False)
 
   def normalize(self, texts):
-    """FullTokenizer's text cleaning and lower-casing, as string ops."""
-    texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Zs}]", " ")
-    texts = tf.strings.regex_replace(texts, r"[\x{0}\x{fffd}\p{C}]", "")
-    if self.do_lower_case:
-      texts = tf.strings.lower(texts, encoding="utf-8")
-      texts = tf_text.normalize_utf8(texts, "NFD")
-      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-    return texts
+    return normalize(texts, self.do_lower_case)
 
   def tokenize_tf(self, texts):
     """tf.string [B] -> ragged int64 [B, (tokens)] (words merged)."""

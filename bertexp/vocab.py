@@ -1,0 +1,66 @@
+"""`bertexp build-vocab`: a WordPiece vocabulary from raw text with
+tensorflow_text's vocabulary learner.
+
+Words are found as the tokenizer will find them (bertexp's FullTokenizer
+cleaning and lower-casing, then split on whitespace and punctuation, one word
+per CJK character), so every CJK character of the corpus alphabet becomes a
+token. The reserved tokens come first: [PAD] [UNK] [CLS] [SEP] [MASK]. The
+same corpus gives the same file.
+"""
+import logging
+
+import tensorflow as tf
+from tensorflow_text.python.ops import bert_tokenizer
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+
+from bertexp import fileio
+from bertexp import tokenization
+from bertexp.data import pipeline
+
+
+def _is_cjk_piece(token):
+  from bertexp.data.pretraining import _is_cjk
+  return token.startswith("##") and len(token) == 3 and _is_cjk(token[2])
+
+
+def build_vocab(input_files, vocab_size, output, *, do_lower_case=True,
+                chinese=False, batch_size=4096):
+  """Writes `output`; returns the vocabulary (a list of tokens).
+
+  chinese: a CJK alphabet is large, so the learner may keep up to
+  vocab_size / 2 distinct characters (English keeps the top 1,000), and the
+  useless "##<CJK character>" pieces are dropped (CJK characters are always
+  words of their own).
+  """
+  files = pipeline.list_files(input_files)
+  reserved = list(tokenization.RESERVED_TOKENS)
+  if vocab_size <= len(reserved):
+    raise ValueError(f"--vocab_size {vocab_size} leaves no room beside the "
+                     f"reserved tokens {reserved}")
+  splitter = bert_tokenizer.BasicTokenizer(lower_case=False)
+  lines = tf.data.TextLineDataset(files).filter(
+      lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+  words = lines.batch(batch_size).map(
+      lambda batch: splitter.tokenize(
+          tokenization.normalize(batch, do_lower_case)).flat_values,
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  counts = learner.count_words(words.as_numpy_iterator()) if _has_text(lines) \
+      else None
+  if not counts:
+    raise ValueError(f"{input_files}: no text to learn a vocabulary from")
+  # Sorted: the learner's result must not depend on dict order.
+  word_counts = sorted(counts.items())
+  vocab = learner.learn(word_counts, vocab_size, reserved,
+                        max_unique_chars=vocab_size // 2 if chinese else 1000)
+  if chinese:
+    vocab = [t for t in vocab if not _is_cjk_piece(t)]
+  if vocab[:len(reserved)] != reserved:
+    vocab = reserved + [t for t in vocab if t not in reserved]
+  fileio.write_text(output, "\n".join(vocab) + "\n")
+  logging.info("%s: %d tokens from %d distinct words of %s", output,
+               len(vocab), len(counts), files)
+  return vocab
+
+
+def _has_text(lines):
+  return next(iter(lines.take(1)), None) is not None

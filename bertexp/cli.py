@@ -102,11 +102,6 @@ def cmd_train(args):
 
 
 def cmd_prepare(args):
-  from bertexp.data import prepare
-  common = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
-                max_seq_length=args.max_seq_length,
-                do_lower_case=not args.no_lower_case,
-                max_position_embeddings=_max_positions(args.bert_config_file))
   if args.kind == "pretraining":
     from bertexp.data import pretraining
     options = pretraining.Options(
@@ -125,6 +120,11 @@ def cmd_prepare(args):
           f"{meta['masked_fraction']:.4f}, {meta['unknown_tokens']} [UNK] of "
           f"{meta['tokens']} tokens -> {args.output_file}", flush=True)
     return
+  from bertexp.data import prepare
+  common = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
+                max_seq_length=args.max_seq_length,
+                do_lower_case=not args.no_lower_case,
+                max_position_embeddings=_max_positions(args.bert_config_file))
   if args.kind == "squad":
     from bertexp.data import squad
     meta = squad.prepare_squad(

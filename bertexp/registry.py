@@ -5,4 +5,5 @@ from bertexp import optimization  # noqa: F401
 from bertexp import run  # noqa: F401
 from bertexp import strategy  # noqa: F401
 from bertexp.tasks import classification  # noqa: F401
+from bertexp.tasks import pretraining  # noqa: F401
 from bertexp.tasks import squad  # noqa: F401

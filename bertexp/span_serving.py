@@ -15,24 +15,10 @@ S max_seq_length, K n_best_size.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertexp import tokenization
+
 # run_squad's whitespace: what bertexp.data.squad.split_context splits on.
 _WHITESPACE = r"[ \t\r\n\x{202f}]+"
-
-
-def _pack(tokenizer, question, context, max_seq_length):
-  batch = tf.shape(question.row_lengths(), out_type=tf.int64)[0]
-  special = lambda token_id: tf.RaggedTensor.from_tensor(
-      tf.fill([batch, 1], tf.constant(token_id, tf.int64)))
-  cls, sep = special(tokenizer.cls_id), special(tokenizer.sep_id)
-  pieces = [cls, question, sep, context, sep]
-  ids = tf.concat(pieces, axis=1)
-  types = tf.concat([tf.ones_like(p) * t
-                     for p, t in zip(pieces, (0, 0, 0, 1, 1))], axis=1)
-  shape = [None, max_seq_length]
-  return {
-      "input_word_ids": tf.cast(ids.to_tensor(tokenizer.pad_id, shape=shape), tf.int32),
-      "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape), tf.int32),
-      "input_type_ids": tf.cast(types.to_tensor(0, shape=shape), tf.int32)}
 
 
 def _best_spans(start_logits, end_logits, first, last, n_best_size,
@@ -79,9 +65,9 @@ def answer(tokenizer, model, spec, question, context):
   room = max_seq - 3 - question_ids.row_lengths()                    # [B]
   kept = tf.minimum(context_ids.row_lengths(), room)
   truncated = context_ids.row_lengths() > room
-  inputs = _pack(tokenizer, question_ids,
-                 tf.ragged.boolean_mask(context_ids, tf.ragged.range(
-                     context_ids.row_lengths()) < kept[:, None]), max_seq)
+  inputs = tokenization.pack_ids_tf(
+      tokenizer, question_ids, tf.ragged.boolean_mask(context_ids, tf.ragged.range(
+          context_ids.row_lengths()) < kept[:, None]), max_seq)
   logits = tf.cast(model(inputs, training=False), tf.float32)        # [B, S, 2]
   start_logits, end_logits = logits[:, :, 0], logits[:, :, 1]
   first = tf.cast(question_ids.row_lengths() + 2, tf.int32)          # [B]

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from bertexp import fileio
+from bertexp import gin_setup
 from bertexp import grids
 
 _ABBREVIATIONS = {"TRAIN_BATCH_SIZE": "bs", "LEARNING_RATE": "lr",
@@ -71,10 +72,9 @@ def _gin_literal(value):
 def _include_path(gin_file):
   """Relative to experiments/ or gin/ when under them (resolved by every
   bertexp process's search paths), else absolute."""
-  from bertexp import cli
   path = os.path.abspath(gin_file)
   for root in ("experiments", "gin"):
-    base = os.path.join(cli.REPO_ROOT, root) + os.sep
+    base = os.path.join(gin_setup.REPO_ROOT, root) + os.sep
     if path.startswith(base):
       return path[len(base):]
   return path
@@ -166,14 +166,13 @@ def _check_same_sweep(path, definition):
 
 def plan(trials, gin_files, gin_params, output_dir):
   """The schedule of every trial (parsed in this process, nothing trained)."""
-  from bertexp import cli
   from bertexp import run
   rows = []
   for trial in trials:
     params = list(gin_params) + [f"{k}={_gin_literal(v)}"
                                  for k, v in trial.bindings.items()]
     params.append(f"MODEL_DIR={_gin_literal(os.path.join(output_dir, trial.name))}")
-    cli.parse_gin(gin_files, params)
+    gin_setup.parse_gin(gin_files, params)
     rows.append(dict(run.experiment(mode="plan"), trial=trial.name))
   return rows
 

@@ -35,6 +35,15 @@ def load_vocab(vocab_file):
   return tokens
 
 
+def is_cjk(ch):
+  """A CJK ideograph (the ranges FullTokenizer splits into single tokens)."""
+  cp = ord(ch)
+  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
+          0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
+          0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
+          0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
 def normalize(texts, do_lower_case):
   """FullTokenizer's text cleaning and lower-casing, as string ops."""
   texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Zs}]", " ")
@@ -154,7 +163,13 @@ def pack_tf(tokenizer, texts_a, texts_b, max_seq_length):
     keep_b = tf.where(over, budget - cut_a, len_b)
     b = tf.ragged.boolean_mask(b, tf.ragged.range(len_b) < keep_b[:, None])
   a = tf.ragged.boolean_mask(a, tf.ragged.range(len_a) < keep_a[:, None])
-  batch = tf.shape(texts_a, out_type=tf.int64)[0]
+  return pack_ids_tf(tokenizer, a, b, max_seq_length)
+
+
+def pack_ids_tf(tokenizer, a, b, max_seq_length):
+  """Ragged int64 ids [B, (n)] that already fit -> `[CLS] a [SEP] (b [SEP])`
+  as int32 [B, max_seq_length] word ids, mask and type ids (b: None or 1s)."""
+  batch = a.nrows()
   cls = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(
       tokenizer.cls_id, tf.int64)))
   sep = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(

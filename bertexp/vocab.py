@@ -19,8 +19,7 @@ from bertexp.data import pipeline
 
 
 def _is_cjk_piece(token):
-  from bertexp.data.pretraining import _is_cjk
-  return token.startswith("##") and len(token) == 3 and _is_cjk(token[2])
+  return token.startswith("##") and len(token) == 3 and tokenization.is_cjk(token[2])
 
 
 def build_vocab(input_files, vocab_size, output, *, do_lower_case=True,
@@ -44,10 +43,10 @@ def build_vocab(input_files, vocab_size, output, *, do_lower_case=True,
       lambda batch: splitter.tokenize(
           tokenization.normalize(batch, do_lower_case)).flat_values,
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  counts = learner.count_words(words.as_numpy_iterator()) if _has_text(lines) \
-      else None
-  if not counts:
-    raise ValueError(f"{input_files}: no text to learn a vocabulary from")
+  try:
+    counts = learner.count_words(words.as_numpy_iterator())
+  except StopIteration:             # the learner's reaction to no word at all
+    raise ValueError(f"{input_files}: no text to learn a vocabulary from") from None
   # Sorted: the learner's result must not depend on dict order.
   word_counts = sorted(counts.items())
   vocab = learner.learn(word_counts, vocab_size, reserved,
@@ -61,6 +60,3 @@ def build_vocab(input_files, vocab_size, output, *, do_lower_case=True,
                len(vocab), len(counts), files)
   return vocab
 
-
-def _has_text(lines):
-  return next(iter(lines.take(1)), None) is not None

@@ -110,7 +110,7 @@ class _Worker:
     self.mask = self.tokenizer.token_to_id["[MASK]"]
     self.unk = self.tokenizer.token_to_id["[UNK]"]
     self.continuation = np.array([t.startswith("##") for t in vocab])
-    self.cjk = np.array([len(t) == 1 and _is_cjk(t) for t in vocab])
+    self.cjk = np.array([len(t) == 1 and tokenization.is_cjk(t) for t in vocab])
     self.segment = None
     if options.chinese_word_segmenter == "jieba":
       import jieba
@@ -294,14 +294,6 @@ class _Worker:
     lm_weights[:len(masked)] = 1.0
     return (input_ids, mask, segments, lm_positions, lm_ids, lm_weights,
             np.array([int(is_random)], np.int64))
-
-
-def _is_cjk(ch):
-  cp = ord(ch)
-  return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
-          0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
-          0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
-          0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
 _WORKER = None

@@ -1,0 +1,76 @@
+"""Parsing an experiment's gin files and bindings: search paths, the check
+that an override names a known macro, quiet include search. Used by the CLI
+and by sweeps (which parse each trial's bindings to plan it)."""
+import contextlib
+import logging
+import os
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gin_search_paths(gin_files):
+  paths = [os.path.join(REPO_ROOT, "gin"), os.path.join(REPO_ROOT, "experiments"),
+           REPO_ROOT]
+  for path in gin_files:
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in paths:
+      paths.append(folder)
+  return paths
+
+
+def _check_overrides_name_known_macros(gin_params):
+  """`--gin_param=LEARNIG_RATE=3e-5` would quietly define a new macro in gin;
+  here an override must name a macro the files define."""
+  import difflib
+  import re
+  import gin
+  for param in gin_params:
+    match = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=", param)
+    if not match:
+      continue
+    name = match.group(1)
+    try:
+      gin.query_parameter(f"%{name}")
+    except ValueError:
+      defined = [k[0] for k in gin.config._CONFIG if k[1] == "gin.macro"]
+      close = difflib.get_close_matches(name, defined, n=1)
+      hint = f"; did you mean {close[0]}?" if close else ""
+      raise ValueError(f"--gin_param {param!r}: no macro {name} in the gin "
+                       f"files{hint}") from None
+
+
+class _DropIncludeMisses(logging.Filter):
+  """gin logs an ERROR for every search path an include is not under."""
+
+  def filter(self, record):
+    return not (record.getMessage().startswith("Path not found") or
+                record.getMessage().startswith("system_path_file_exists"))
+
+
+@contextlib.contextmanager
+def _quiet_include_search():
+  root = logging.getLogger()
+  quiet = _DropIncludeMisses()
+  root.addFilter(quiet)
+  try:
+    yield
+  finally:
+    root.removeFilter(quiet)
+
+
+def parse_gin(gin_files, gin_params):
+  """Parses files + bindings; unknown names and missing macros fail here,
+  before any TensorFlow work. Returns the config text to save."""
+  import gin
+  from bertexp import registry  # noqa: F401  (registers the configurables)
+  gin.clear_config()
+  for path in gin_search_paths(gin_files):
+    gin.add_config_file_search_path(path)
+  with _quiet_include_search():
+    gin.parse_config_files_and_bindings(gin_files, None, skip_unknown=False,
+                                        finalize_config=False)
+  _check_overrides_name_known_macros(gin_params)
+  # Finalizing runs gin's check that every %gin.REQUIRED macro was set.
+  gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
+                                      finalize_config=True)
+  return gin.config_str()

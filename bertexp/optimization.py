@@ -4,8 +4,9 @@ Schedule (as google-research/bert and Model Garden): linear warmup from 0 to
 the peak over `num_warmup_steps`; after it, polynomial decay (power 1 =
 linear) from the peak to `end_learning_rate` measured from step 0 over
 `num_train_steps`, so at step s >= warmup: lr = (peak - end)(1 - s/T) + end.
-Weight decay skips LayerNorm and bias variables. Gradient clipping is done
-once, in the trainer, where the gradient norm is also logged.
+Weight decay skips LayerNorm and bias variables, and so does LAMB's layer-wise
+trust ratio (as Model Garden's LAMB). Gradient clipping is done once, in the
+trainer, on the global norm of the gradient summed over replicas.
 """
 import gin
 import tensorflow as tf
@@ -44,9 +45,20 @@ class WarmupPolynomialDecay(tf_keras.optimizers.schedules.LearningRateSchedule):
             "end_learning_rate": self.end_learning_rate, "power": self.power}
 
 
+def is_excluded(variable):
+  """LayerNorm scales/offsets and biases: no weight decay, no trust ratio."""
+  return any(name in variable.name for name in NO_DECAY)
+
+
 class Lamb(tf_keras.optimizers.Optimizer):
   """LAMB (You et al. 2019): Adam update rescaled per layer by the trust ratio
-  ||w|| / ||update||, with decoupled weight decay inside the update."""
+  ||w|| / ||update||, with decoupled weight decay inside the update.
+
+  LayerNorm and bias variables (`is_excluded`) get neither weight decay nor
+  the trust ratio (ratio 1: a plain Adam step). Sparse gradients (the word
+  embedding's IndexedSlices) are made dense: LAMB's moments and the trust
+  ratio are over the whole table, as in the reference implementations.
+  """
 
   def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                weight_decay=0.01, name="Lamb", **kwargs):
@@ -64,6 +76,8 @@ class Lamb(tf_keras.optimizers.Optimizer):
     self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
 
   def update_step(self, gradient, variable):
+    if isinstance(gradient, tf.IndexedSlices):
+      gradient = tf.convert_to_tensor(gradient)
     lr = tf.cast(self.learning_rate, variable.dtype)
     step = tf.cast(self.iterations + 1, variable.dtype)
     index = self._index_dict[self._var_key(variable)]
@@ -73,9 +87,10 @@ class Lamb(tf_keras.optimizers.Optimizer):
     m_hat = m / (1 - self.beta_1 ** step)
     v_hat = v / (1 - self.beta_2 ** step)
     update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
-    decays = not any(n in variable.name for n in NO_DECAY)
-    if decays:
-      update += self.lamb_weight_decay * variable
+    if is_excluded(variable):
+      variable.assign_sub(lr * update)
+      return
+    update += self.lamb_weight_decay * variable
     w_norm, u_norm = tf.norm(variable), tf.norm(update)
     ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
     variable.assign_sub(lr * ratio * update)

@@ -110,6 +110,43 @@ def _restore_model(model, model_dir, checkpoint_path):
   return path
 
 
+def initialise_from_checkpoint(model, optimizer, init_checkpoint,
+                               with_optimizer=False):
+  """Starts a run from INIT_CHECKPOINT (a prefix or a folder).
+
+  An encoder checkpoint (`convert-checkpoint` output, a pretraining run's
+  MODEL_DIR/encoder) initialises the encoder. A bertexp training checkpoint
+  (MODEL_DIR/ckpt-N or MODEL_DIR itself: names under model/) initialises the
+  encoder and every head it has (phase 2 of pretraining keeps phase 1's MLM
+  and NSP heads); `with_optimizer` also takes its optimizer moments. The step
+  restarts at 0 either way: the new run has its own schedule.
+  Returns what was restored, for the log.
+  """
+  prefix = modeling.resolve_checkpoint(init_checkpoint)
+  names = [name for name, _ in tf.train.list_variables(prefix)]
+  if not any(name.startswith("model/") for name in names):
+    if with_optimizer:
+      raise ValueError(f"INIT_CHECKPOINT {prefix} holds an encoder only: "
+                       "it has no optimizer state to initialise from")
+    modeling.restore_encoder(model.encoder, prefix)
+    return f"the encoder from {prefix}"
+  # The encoder must be there; heads the checkpoint lacks start fresh.
+  tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
+      prefix).expect_partial().assert_existing_objects_matched()
+  objects = dict(model=model, optimizer=optimizer) if with_optimizer else dict(
+      model=model)
+  status = tf.train.Checkpoint(**objects).read(prefix).expect_partial()
+  try:
+    status.assert_existing_objects_matched()
+    restored = "the whole model"
+  except AssertionError:
+    restored = "the encoder (the checkpoint has other heads)"
+  if with_optimizer:
+    optimizer.iterations.assign(0)
+    restored += " and the optimizer state"
+  return f"{restored} from {prefix}"
+
+
 @gin.configurable(module="bertexp")
 def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                task=gin.REQUIRED, init_checkpoint=None, train_batch_size=32,
@@ -120,7 +157,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                require_pretrained_encoder=False, cpu_threads=None,
                eval_before_training=False,
                deterministic=False, clip_norm=1.0,
-               predict_checkpoint_path=None, eval_steps=-1):
+               predict_checkpoint_path=None, eval_steps=-1,
+               init_optimizer_state=False):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -132,7 +170,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   (a folder resolves through best_checkpoint.json).
   The pretrained encoder comes from INIT_CHECKPOINT or HUB_MODULE_URL
   (bertexp.build_encoder), never both; with require_pretrained_encoder a
-  fresh training run without either is an error.
+  fresh training run without either is an error. INIT_CHECKPOINT may also be
+  a bertexp training checkpoint: see `initialise_from_checkpoint` (with
+  init_optimizer_state, its optimizer moments too).
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -189,10 +229,12 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     path = _restore_model(model, model_dir, predict_checkpoint_path)
     evaluator = trainer_lib.Trainer(optimizer=optimizer, total_steps=0,
                                     **trainer_kwargs)
+    # Every worker computes the same results; only the chief's are the run's.
+    output_dir = worker_model_dir(strategy, model_dir)
     if mode == "eval":
       results = {k: float(v) for k, v in evaluator.evaluate(eval_steps).items()}
       results["checkpoint"] = path
-      fileio.write_json(fileio.join(model_dir, "eval_results.json"), results)
+      fileio.write_json(fileio.join(output_dir, "eval_results.json"), results)
       print("Eval results: " + str(results), flush=True)
       return results
     written = {}
@@ -201,11 +243,11 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                        "EXTRA_TEST_DATA_PATHS) bound")
     for split in task.predict_splits():
       gathered = evaluator.gather(split)
-      written[split] = task.write_predictions(gathered, model_dir, split)
+      written[split] = task.write_predictions(gathered, output_dir, split)
     return written
   return _train(mode, model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
                 strategy=strategy, init_checkpoint=init_checkpoint,
-                precision=precision, trainer_kwargs=trainer_kwargs,
+                init_optimizer_state=init_optimizer_state, precision=precision, trainer_kwargs=trainer_kwargs,
                 schedule=schedule,
                 steps_per_loop=steps_per_loop,
                 checkpoint_interval_steps=checkpoint_interval_steps,
@@ -256,7 +298,7 @@ class BestCheckpoint:
 
 
 def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
-           precision, trainer_kwargs, schedule, steps_per_loop,
+           init_optimizer_state, precision, trainer_kwargs, schedule, steps_per_loop,
            checkpoint_interval_steps, max_checkpoints, eval_steps,
            best_metric, best_mode, eval_before_training, provenance):
   start_time = time.time()
@@ -277,8 +319,8 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
     logging.info("resuming from %s (weights, optimizer and step); "
                  "INIT_CHECKPOINT is not used", manager.latest_checkpoint)
   elif init_checkpoint:
-    prefix = modeling.restore_encoder(model.encoder, init_checkpoint)
-    logging.info("initialised the encoder from INIT_CHECKPOINT %s", prefix)
+    logging.info("initialised %s (INIT_CHECKPOINT)", initialise_from_checkpoint(
+        model, optimizer, init_checkpoint, init_optimizer_state))
   elif isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
     logging.info("the encoder starts from HUB_MODULE_URL %s (trainable: %s)",
                  model.encoder.path, model.encoder.trainable)

@@ -3,6 +3,7 @@
     make_strategy(kind="tpu", tpu="grpc://10.0.0.2:8470")
     make_strategy(kind="mirrored", num_gpus=8)
     make_strategy(kind="multi_worker_mirrored")   # cluster from TF_CONFIG
+    make_strategy(kind="mirrored", cpu_replicas=8)  # a TPU/GPU job on a laptop
 """
 import json
 import logging
@@ -14,16 +15,20 @@ import tf_keras
 
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+_MIRRORED = {}
 
 
 @gin.configurable(module="bertexp")
-def make_strategy(kind="default", *, tpu=None, num_gpus=0,
+def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
                   all_reduce="nccl", device=None):
   """Builds a tf.distribute strategy.
 
   kind: one of KINDS. "tpu" needs `tpu` (a name or grpc:// address; "local"
     for a TPU VM): a missing address is an error before any other work.
   num_gpus: for "mirrored"; 0 mirrors on the CPU (one replica).
+  cpu_replicas: for "mirrored" without GPUs: splits the CPU into this many
+    logical devices, one replica each, so a multi-GPU or TPU experiment can
+    be checked on any machine (same global batch, same collectives).
   all_reduce: "nccl", "hierarchical_copy" or "ring" (mirrored/multi-worker).
   device: for "one_device", e.g. "/gpu:0"; default the first GPU or the CPU.
   """
@@ -47,13 +52,23 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0,
     return tf.distribute.OneDeviceStrategy(
         device or ("/gpu:0" if gpus else "/cpu:0"))
   if kind == "mirrored":
-    if num_gpus < 0:
-      raise ValueError(f"num_gpus must be >= 0, got {num_gpus}")
+    if num_gpus < 0 or cpu_replicas < 0:
+      raise ValueError(f"num_gpus and cpu_replicas must be >= 0, got "
+                       f"{num_gpus} and {cpu_replicas}")
+    if num_gpus and cpu_replicas:
+      raise ValueError("bind num_gpus or cpu_replicas, not both")
     devices = ([f"/gpu:{i}" for i in range(num_gpus)] if num_gpus
-               else ["/cpu:0"])
-    return tf.distribute.MirroredStrategy(
-        devices=devices, cross_device_ops=_cross_device_ops(all_reduce,
-                                                            num_gpus))
+               else split_cpu(cpu_replicas) if cpu_replicas else ["/cpu:0"])
+    key = (tuple(devices), all_reduce)
+    # One strategy per device set and process: a second MirroredStrategy
+    # over the same devices reuses the first one's collective instance keys,
+    # and TensorFlow aborts when their shapes differ (e.g. predict after
+    # train in one Python process).
+    if key not in _MIRRORED:
+      _MIRRORED[key] = tf.distribute.MirroredStrategy(
+          devices=devices, cross_device_ops=_cross_device_ops(all_reduce,
+                                                              num_gpus))
+    return _MIRRORED[key]
   # multi_worker_mirrored
   if "TF_CONFIG" in os.environ:
     cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
@@ -65,6 +80,27 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0,
   return tf.distribute.MultiWorkerMirroredStrategy(
       communication_options=tf.distribute.experimental.CommunicationOptions(
           implementation=communication))
+
+
+def split_cpu(replicas):
+  """Names of `replicas` logical CPU devices, creating them if needed.
+
+  TensorFlow fixes the logical devices when its runtime starts, so this must
+  run before any other TensorFlow work, or the process must already have at
+  least `replicas` logical CPUs (e.g. a test process that split its CPU first).
+  """
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  existing = tf.config.get_logical_device_configuration(cpu) or []
+  if len(existing) < replicas:
+    try:
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError as error:
+      raise ValueError(
+          f"cpu_replicas={replicas}: TensorFlow already started with "
+          f"{max(len(existing), 1)} CPU device(s) in this process; bind "
+          "cpu_replicas before anything else runs TensorFlow") from error
+  return [f"/cpu:{i}" for i in range(replicas)]
 
 
 def _cross_device_ops(all_reduce, num_gpus):

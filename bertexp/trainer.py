@@ -3,9 +3,11 @@
     trainer = Trainer(task=task, model=model, optimizer=opt, strategy=s, ...)
     controller = orbit.Controller(trainer=trainer, evaluator=trainer, ...)
 
-One train step: forward under a tape, loss averaged over the global batch,
-(loss scaling for float16), gradients summed across replicas, clipped by
-global norm, applied. Evaluation gathers per-example outputs to the host and
+One train step: the loss denominators summed over replicas; forward and
+backward under a tape (XLA-compiled with jit_compile: no collective inside);
+loss normalised over the global batch (bertexp.tasks.base.Task.loss_weights);
+loss scaling for float16; gradients summed across replicas, clipped by their
+global norm, applied (a float16 step whose gradients overflow is skipped). Evaluation gathers per-example outputs to the host and
 lets the task compute whole-set metrics (F1, MCC, Spearman...).
 """
 import logging
@@ -45,6 +47,17 @@ def _gather_replicas(value):
   return tf.cast(merged, value.dtype)
 
 
+def global_batch_loss(task, labels, outputs, totals):
+  """This replica's share of the loss: for each of the task's terms, the sum
+  of its numerators here over `totals[term]`, the term's weight summed over
+  the global batch. Summed over replicas it is the global batch's loss,
+  whatever the number of replicas."""
+  numerators = task.loss_numerators(labels, outputs)
+  return tf.add_n([
+      tf.reduce_sum(tf.cast(numerators[name], tf.float32)) /
+      tf.maximum(totals[name], 1e-12) for name in sorted(numerators)])
+
+
 class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
@@ -63,8 +76,8 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
       self.train_loss = tf_keras.metrics.Mean("loss")
       self.gradient_norm = tf_keras.metrics.Mean("gradient_norm")
       self.train_metrics = task.build_train_metrics()
-    self._replica_fn = (tf.function(self._replica_step, jit_compile=True)
-                        if jit_compile else self._replica_step)
+    self._gradient_fn = (tf.function(self._gradients, jit_compile=True)
+                         if jit_compile else self._gradients)
     self._eval_datasets = {}
     self._eval_step_fn = None
     self._loop_start = None
@@ -79,37 +92,56 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     self._loop_start = (time.time(), int(self.global_step.numpy()))
 
   def _replica_step(self, features, labels):
-    variables = self.model.trainable_variables
-    with tf.GradientTape() as tape:
-      outputs = self.model(features, training=True)
-      per_example = self.task.per_example_loss(labels, outputs)
-      loss = tf.nn.compute_average_loss(
-          per_example, global_batch_size=self.global_batch_size)
-      scaled = (self.optimizer.get_scaled_loss(loss) if isinstance(
-          self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
-                else loss)
-    grads = tape.gradient(scaled, variables)
-    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-      grads = self.optimizer.get_unscaled_gradients(grads)
+    """One replica's part of a train step (see the module docstring)."""
+    context = tf.distribute.get_replica_context()
+    replicas = self.strategy.num_replicas_in_sync
+    # Loss denominators over the global batch: from the labels alone, so
+    # they are known before the (possibly XLA-compiled) forward pass.
+    totals = {name: tf.reduce_sum(tf.cast(weights, tf.float32))
+              for name, weights in self.task.loss_weights(labels).items()}
+    if replicas > 1:
+      totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
+    loss, grads, outputs = self._gradient_fn(features, labels, totals)
+    variables = [v for g, v in zip(grads, self.model.trainable_variables)
+                 if g is not None]
+    grads = [g for g in grads if g is not None]   # e.g. the pooler in QA
     # Sum across replicas first, so the clip sees the true global gradient.
     # (One replica: nothing to sum, and all_reduce would densify the
     # embedding's sparse gradient.)
-    if self.strategy.num_replicas_in_sync > 1:
-      grads = tf.distribute.get_replica_context().all_reduce(
-          tf.distribute.ReduceOp.SUM, grads)
+    if replicas > 1:
+      grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     norm = tf.linalg.global_norm(grads)
     if self.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
+    # A LossScaleOptimizer skips the update (and lowers its scale) when any
+    # gradient is not finite; the clip keeps inf/nan norms non-finite.
     self.optimizer.apply_gradients(zip(grads, variables),
                                    skip_gradients_aggregation=True)
-    replicas = self.strategy.num_replicas_in_sync
     self.train_loss.update_state(loss * replicas)
     self.gradient_norm.update_state(norm)
     self.task.update_train_metrics(self.train_metrics, labels, outputs)
 
+  def _gradients(self, features, labels, totals):
+    """This replica's loss share and gradients, with no cross-replica op (so
+    it compiles with XLA, as on a TPU). Returns (loss, grads, outputs); a
+    variable that does not reach the loss has a None gradient."""
+    scaling = isinstance(self.optimizer,
+                         tf_keras.mixed_precision.LossScaleOptimizer)
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      outputs = self.model(features, training=True)
+      loss = global_batch_loss(self.task, labels, outputs, totals)
+      scaled = self.optimizer.get_scaled_loss(loss) if scaling else loss
+    grads = tape.gradient(scaled, variables)
+    if scaling:
+      present = [g for g in grads if g is not None]
+      unscaled = iter(self.optimizer.get_unscaled_gradients(present))
+      grads = [None if g is None else next(unscaled) for g in grads]
+    return loss, grads, outputs
+
   def train_step(self, iterator):
     features, labels = next(iterator)
-    self.strategy.run(self._replica_fn, args=(features, labels))
+    self.strategy.run(self._replica_step, args=(features, labels))
 
   def train_loop_end(self):
     step = int(self.global_step.numpy())

@@ -8,6 +8,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gin  # noqa: E402
 import pytest  # noqa: E402
 
+from bertexp import strategy  # noqa: E402
+
+# Before any test starts TensorFlow: 8 logical CPUs, so tests can build
+# mirrored strategies of up to 8 simulated replicas in this process
+# (bertexp.make_strategy.cpu_replicas). Unplaced ops still run on /cpu:0.
+strategy.split_cpu(8)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM_HF = os.path.join(REPO, ".cache", "minilm_hf")
 

@@ -73,7 +73,8 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
                                 "encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE")
   with caplog.at_level("INFO"):
     _train(paths, TRAIN_STEPS=2)
-  assert "initialised the encoder from INIT_CHECKPOINT" in caplog.text
+  assert "initialised the encoder from" in caplog.text
+  assert "(INIT_CHECKPOINT)" in caplog.text
   summary = _read_json(f"{model_dir}/training_summary.json")
   assert summary["total_training_steps"] == 2 and summary["steps_this_run"] == 2
   assert summary["eval_metrics"]["num_examples"] == 16

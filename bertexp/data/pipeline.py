@@ -79,36 +79,45 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
   dataset = dataset.batch(batch_size).map(_decode(spec, label_names)).unbatch()
-  return pad_and_batch_eval(dataset, num_examples=num_examples,
-                            batch_size=batch_size, input_context=input_context,
-                            seq_length=seq_length, label_dtype=label_dtype,
-                            num_labels=len(label_names), id_name=id_name)
+  return pad_and_batch_eval(
+      dataset, num_examples=num_examples, batch_size=batch_size,
+      input_context=input_context,
+      padding=padding_element(seq_length, label_dtype, len(label_names),
+                              id_name))
 
 
 def pad_and_batch_eval(dataset, *, num_examples, batch_size, input_context,
-                       seq_length, label_dtype, num_labels, id_name):
+                       padding):
   """(features, labels) elements of this pipeline's shard -> batches, padded
-  with weight-0 rows so every pipeline runs the same number of full steps."""
+  with copies of `padding` (a weight-0 element) so every pipeline runs the
+  same number of full steps.
+
+  `dataset` holds this pipeline's share of the `num_examples` examples: those
+  at positions pipeline_id, pipeline_id + num_pipelines, ... (shard after
+  any `take`), so every example is evaluated exactly once on any number of
+  replicas and workers, and every replica gets a full batch.
+  """
   num_pipelines = input_context.num_input_pipelines if input_context else 1
   pipeline_id = input_context.input_pipeline_id if input_context else 0
   replicas = input_context.num_replicas_in_sync if input_context else 1
   per_pipeline = batch_size * (replicas // num_pipelines)
   steps = eval_steps(num_examples, batch_size * replicas)
   mine = len(range(pipeline_id, num_examples, num_pipelines))
-  padding = _padding_dataset(seq_length, label_dtype, steps * per_pipeline - mine,
-                             num_labels, id_name)
-  dataset = dataset.concatenate(padding).batch(batch_size, drop_remainder=True)
+  filler = tf.data.Dataset.from_tensors(padding).repeat(
+      max(steps * per_pipeline - mine, 0))
+  dataset = dataset.concatenate(filler).batch(batch_size, drop_remainder=True)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _padding_dataset(seq_length, label_dtype, count, num_labels=1,
-                     id_name="example_id"):
+def padding_element(seq_length, label_dtype, num_labels=1,
+                    id_name="example_id"):
+  """A weight-0 (features, labels) element of a fine-tuning eval set."""
   features = {name: tf.zeros([seq_length], tf.int32) for name in MODEL_INPUTS}
   features[id_name] = tf.constant(-1, tf.int32)
   features["example_weight"] = tf.constant(0.0)
   labels = tf.zeros([] if num_labels == 1 else [num_labels],
                     tf.float32 if label_dtype == tf.float32 else tf.int32)
-  return tf.data.Dataset.from_tensors((features, labels)).repeat(max(count, 0))
+  return features, labels
 
 
 def eval_steps(num_examples, global_batch_size):

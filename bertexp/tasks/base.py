@@ -26,6 +26,22 @@ class Task(abc.ABC):
   def per_example_loss(self, labels, outputs) -> tf.Tensor:
     """[B] loss of each example; the trainer averages over the global batch."""
 
+  def loss_weights(self, labels) -> Dict[str, tf.Tensor]:
+    """{term: [B] weights}, from the labels alone.
+
+    The training loss is a sum of terms; each term is the sum of its
+    `loss_numerators` over the global batch divided by the sum of these
+    weights over the global batch (all replicas), so it does not depend on
+    how the batch is split. Default: one term, weight 1 per example = the
+    mean per-example loss over the global batch.
+    """
+    first = tf.nest.flatten(labels)[0]
+    return {"loss": tf.ones(tf.shape(first)[:1], tf.float32)}
+
+  def loss_numerators(self, labels, outputs) -> Dict[str, tf.Tensor]:
+    """{term: [B]} numerators matching `loss_weights`' terms."""
+    return {"loss": self.per_example_loss(labels, outputs)}
+
   def build_train_metrics(self) -> List[tf_keras.metrics.Metric]:
     """Streaming, in-graph metrics reported every loop (besides the loss)."""
     return []

@@ -3,8 +3,10 @@ records, with the same encoder and trainer as fine-tuning.
 
 The MLM head is google-research/bert's: dense(H, hidden_act) + LayerNorm,
 then logits against the word-embedding table (tied output embedding) + a
-bias. The NSP head is dense(2) on the pooled output. Loss per example = its
-weighted mean MLM cross-entropy + its NSP cross-entropy. After training, the
+bias. The NSP head is dense(2) on the pooled output. Loss = MLM cross-entropy
+averaged over all masked tokens of the global batch (as google-research/bert
+and Model Garden: an example with more predictions weighs more) + NSP
+cross-entropy averaged over the global batch's examples. After training, the
 encoder is written to MODEL_DIR/encoder/ (bert_config.json, vocab.txt,
 bert_model.ckpt): INIT_CHECKPOINT for any fine-tuning task.
 
@@ -141,20 +143,23 @@ class PretrainingTask(base.Task):
       raise ValueError(f"pretraining {split} needs "
                        f"{'TRAIN' if split == 'train' else 'EVAL'}_DATA_PATH")
     dataset = tf.data.TFRecordDataset(pipeline.list_files(path))
+    if split != "train":
+      # Every example once on any replica count: take, then shard, then pad.
+      dataset = dataset.take(self._eval_examples())
     if input_context and input_context.num_input_pipelines > 1:
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)
     if split == "train":
-      dataset = dataset.shuffle(self.shuffle_buffer_size, seed=self.seed).repeat()
+      if self.shuffle_buffer_size:   # 0 keeps the file order
+        dataset = dataset.shuffle(self.shuffle_buffer_size, seed=self.seed)
+      dataset = dataset.repeat()
       return dataset.batch(batch_size, drop_remainder=True).map(
           self._decode, num_parallel_calls=tf.data.AUTOTUNE,
           deterministic=True).prefetch(tf.data.AUTOTUNE)
-    # Evaluation: every example once, the last batch padded with weight 0.
-    dataset = dataset.take(self._eval_examples())
-    padding = tf.data.Dataset.from_tensors(self._padding()).repeat(
-        -self._eval_examples() % batch_size)
-    return dataset.batch(batch_size).map(self._decode).unbatch().concatenate(
-        padding).batch(batch_size, drop_remainder=True)
+    dataset = dataset.batch(batch_size).map(self._decode).unbatch()
+    return pipeline.pad_and_batch_eval(
+        dataset, num_examples=self._eval_examples(), batch_size=batch_size,
+        input_context=input_context, padding=self._padding())
 
   def _padding(self):
     z = lambda n, dtype=tf.int32: tf.zeros([n], dtype)
@@ -187,9 +192,19 @@ class PretrainingTask(base.Task):
             [self.meta_data_path]}
 
   def per_example_loss(self, labels, outputs):
+    """Each example's own mean MLM loss + NSP loss (for inspection; training
+    normalises over the global batch: `loss_weights` / `loss_numerators`)."""
     mlm_loss, _, weight = _mlm_terms(labels, outputs)
     nsp_loss, _ = _nsp_terms(labels, outputs)
     return mlm_loss / tf.maximum(weight, 1.0) + nsp_loss               # [B]
+
+  def loss_weights(self, labels):
+    return {"mlm": tf.reduce_sum(labels["masked_lm_weights"], -1),     # [B]
+            "nsp": tf.ones_like(labels["masked_lm_weights"][:, 0])}    # [B]
+
+  def loss_numerators(self, labels, outputs):
+    mlm_loss, _, _ = _mlm_terms(labels, outputs)
+    return {"mlm": mlm_loss, "nsp": _nsp_terms(labels, outputs)[0]}    # [B] each
 
   def build_train_metrics(self):
     return [tf_keras.metrics.Mean("mlm_accuracy"),

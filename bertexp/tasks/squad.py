@@ -120,8 +120,8 @@ class QuestionAnsweringTask(base.Task):
                               input_context.input_pipeline_id)
     return pipeline.pad_and_batch_eval(
         dataset, num_examples=len(features), batch_size=batch_size,
-        input_context=input_context, seq_length=seq, label_dtype=tf.int64,
-        num_labels=2, id_name="unique_id")
+        input_context=input_context,
+        padding=pipeline.padding_element(seq, tf.int64, 2, "unique_id"))
 
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))

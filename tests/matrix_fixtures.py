@@ -1,0 +1,290 @@
+"""Tiny data for every task, and one way to run any experiment on any strategy.
+
+`build_fixtures(root)` prepares, with bertexp's own `prepare` commands, the
+data of five tasks over one tiny vocabulary and a dropout-free tiny encoder:
+classification (GLUE SST-2, MRPC and MNLI layouts), regression, SQuAD v1.1,
+SQuAD v2.0 and pretraining. Each task comes with the gin file of a shipped
+CPU run and the bindings that point it at the fixtures, with a fixed data
+order (shuffle buffer 0) so that runs on different strategies see the same
+global batches.
+"""
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+
+import tensorflow as tf
+
+import bertexp
+from bertexp import checkpoints
+from bertexp import cli
+from conftest import NEGATIVE, POSITIVE, REPO, TINY_CONFIG, TINY_VOCAB
+
+# Strategy cells: extra bindings on top of an experiment's own runtime.
+STRATEGIES = {
+    "default": ['bertexp.make_strategy.kind="default"'],
+    "mirrored_2": ['bertexp.make_strategy.kind="mirrored"',
+                   "bertexp.make_strategy.num_gpus=0",
+                   "bertexp.make_strategy.cpu_replicas=2"],
+}
+TRAIN_STEPS = 3
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(text)
+
+
+def _pairs():
+  rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+  return [(a, b, la == lb) for a, la in rows for b, lb in rows[:4]]
+
+
+def _write_glue_folders(root):
+  """SST-2, MRPC and MNLI files in GLUE's layouts (header names as GLUE's)."""
+  rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+  sst = "sentence\tlabel\n" + "".join(f"{s}\t{l}\n" for s, l in rows)
+  _write(f"{root}/SST-2/train.tsv", sst + "".join(sst.splitlines(True)[1:]) * 3)
+  _write(f"{root}/SST-2/dev.tsv", sst)
+  _write(f"{root}/SST-2/test.tsv", "index\tsentence\n" + "".join(
+      f"{i}\t{s}\n" for i, (s, _) in enumerate(rows)))
+  pairs = _pairs()
+  mrpc = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(
+      f"{int(same)}\t{i}\t{i}\t{a}\t{b}\n" for i, (a, b, same) in enumerate(pairs))
+  for name in ("train.tsv", "dev.tsv"):
+    _write(f"{root}/MRPC/{name}", mrpc)
+  _write(f"{root}/MRPC/test.tsv", "index\t#1 ID\t#2 ID\t#1 String\t#2 String\n" +
+         "".join(f"{i}\t{i}\t{i}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
+  labels = ("entailment", "contradiction", "neutral")
+  mnli = "index\tsentence1\tsentence2\tgold_label\n" + "".join(
+      f"{i}\t{a}\t{b}\t{labels[0] if same else labels[1 + i % 2]}\n"
+      for i, (a, b, same) in enumerate(pairs))
+  for name in ("train.tsv", "dev_matched.tsv", "dev_mismatched.tsv"):
+    _write(f"{root}/MNLI/{name}", mnli)
+  mnli_test = "index\tsentence1\tsentence2\n" + "".join(
+      f"{i}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs))
+  for name in ("test_matched.tsv", "test_mismatched.tsv", "diagnostic.tsv"):
+    _write(f"{root}/MNLI/{name}", mnli_test)
+
+
+def _write_regression(root):
+  rng = random.Random(5)
+  rows = [(s, 2.0 + rng.random()) for s in POSITIVE] + [
+      (s, -2.0 - rng.random()) for s in NEGATIVE]
+  table = "sentence\tscore\n" + "".join(f"{s}\t{v:.3f}\n" for s, v in rows)
+  _write(f"{root}/scores/train.tsv", table + "".join(table.splitlines(True)[1:]) * 3)
+  _write(f"{root}/scores/eval.tsv", table)
+
+
+def _squad_json(version_2):
+  """Contexts of vocabulary words; answers found by character offset."""
+  data, number = [], 0
+  for index, context in enumerate([
+      "the movie was good and the plot is great .",
+      "it is a dull film , the plot is bad .",
+      "a great film ! very fun and very good .",
+      "the movie is not fun and it is dull ."]):
+    questions = []
+    for answer in ("good", "plot", "fun", "dull", "great", "film"):
+      start = context.find(answer)
+      impossible = start < 0
+      if impossible and not version_2:
+        continue
+      qa = {"id": f"q{number}", "question": f"the {answer} ?",
+            "answers": [] if impossible else [
+                {"text": answer, "answer_start": start}]}
+      if version_2:
+        qa["is_impossible"] = impossible
+      questions.append(qa)
+      number += 1
+    data.append({"title": f"doc{index}",
+                 "paragraphs": [{"context": context, "qas": questions}]})
+  return {"version": "v2.0" if version_2 else "1.1", "data": data}
+
+
+def _write_corpus(path, documents=30):
+  rng = random.Random(0)
+  sentences = POSITIVE + NEGATIVE
+  _write(path, "".join("\n".join(rng.choice(sentences) for _ in range(10)) +
+                       "\n\n" for _ in range(documents)))
+
+
+def _prepare_all(root, vocab):
+  def prepare(*args):
+    assert cli.main(["prepare", *args, f"--vocab_file={vocab}"]) == 0
+  for task in ("SST-2", "MRPC", "MNLI"):
+    prepare("glue", f"--task={task}", f"--input_dir={root}/{task}",
+            f"--output_dir={root}/data", "--max_seq_length=16")
+  prepare("classification", "--task_name=scores", "--regression",
+          f"--train_file={root}/scores/train.tsv",
+          f"--eval_file={root}/scores/eval.tsv", f"--test_file={root}/scores/eval.tsv",
+          "--text_columns=sentence", "--label_column=score",
+          f"--output_dir={root}/data", "--max_seq_length=16")
+  for version, flags in (("v1.1", []), ("v2.0", ["--version_2_with_negative"])):
+    prepare("squad", f"--squad_file={root}/squad_{version}.json",
+            f"--output_dir={root}/data", "--max_seq_length=24", "--doc_stride=8",
+            "--max_query_length=8", *flags)
+  for split, seed in (("train", 1), ("eval", 2)):
+    prepare("pretraining", f"--input_file={root}/corpus_{split}.txt",
+            f"--output_file={root}/data/pretrain_{split}.tfrecord",
+            "--max_seq_length=24", "--max_predictions_per_seq=4",
+            "--dupe_factor=1", f"--random_seed={seed}", "--num_workers=1")
+
+
+def build_fixtures(root):
+  """Prepares every task's data under `root`; returns {task: spec} where a
+  spec has `gin_file` (a shipped CPU experiment or fragment), `params` (its
+  bindings to the fixtures) and `tpu_gin_files` (shipped TPU experiments of
+  that task) with `tpu_params`."""
+  vocab = f"{root}/vocab.txt"
+  _write(vocab, "\n".join(TINY_VOCAB) + "\n")
+  config = f"{root}/bert_config.json"
+  _write(config, json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.0)))
+  tf.random.set_seed(0)
+  checkpoints.write_checkpoint_folder(bertexp.load_encoder(config), vocab,
+                                      f"{root}/init")
+  _write_glue_folders(root)
+  _write_regression(root)
+  for version, v2 in (("v1.1", False), ("v2.0", True)):
+    _write(f"{root}/squad_{version}.json", json.dumps(_squad_json(v2)))
+  _write_corpus(f"{root}/corpus_train.txt")
+  _write_corpus(f"{root}/corpus_eval.txt", documents=6)
+  _prepare_all(root, vocab)
+  return _specs(root, vocab, config)
+
+
+def _classification(data, task):
+  return {"TRAIN_DATA_PATH": f"{data}/{task}_train.tf_record",
+          "EVAL_DATA_PATH": f"{data}/{task}_eval.tf_record",
+          "TEST_DATA_PATH": f"{data}/{task}_test.tf_record",
+          "INPUT_META_DATA_PATH": f"{data}/{task}_meta_data"}
+
+
+def _specs(root, vocab, config):
+  data = f"{root}/data"
+  model = {"BERT_CONFIG_FILE": config,
+           "INIT_CHECKPOINT": f"{root}/init/bert_model.ckpt"}
+  fine_tuning = ["bertexp.ClassificationTask.shuffle_buffer_size=0",
+                 "bertexp.ClassificationTask.dropout_rate=0.0"]
+  squad = lambda version: dict(
+      model, VOCAB_FILE=vocab, PREDICT_FILE=f"{root}/squad_{version}.json",
+      TRAIN_DATA_PATH=f"{data}/squad_{version}_train.tf_record",
+      INPUT_META_DATA_PATH=f"{data}/squad_{version}_train_meta_data")
+  squad_order = ["bertexp.QuestionAnsweringTask.shuffle_buffer_size=0"]
+  pretraining = dict(model, INIT_CHECKPOINT=None,
+                     TRAIN_DATA_PATH=f"{data}/pretrain_train.tfrecord",
+                     EVAL_DATA_PATH=f"{data}/pretrain_eval.tfrecord",
+                     INPUT_META_DATA_PATH=f"{data}/pretrain_train_meta_data")
+  mnli = dict(model, **_classification(data, "mnli"), EXTRA_EVAL_DATA_PATHS={
+      "eval_mismatched": f"{data}/mnli_eval_mismatched.tf_record"},
+              EXTRA_TEST_DATA_PATHS={
+                  "test_mismatched": f"{data}/mnli_test_mismatched.tf_record",
+                  "ax": f"{data}/mnli_ax.tf_record"})
+  return {
+      "classification": dict(
+          gin_file="experiments/demo/movie_sentiment_cpu.gin",
+          params=dict(model, **_classification(data, "sst2")), order=fine_tuning,
+          tpu={"experiments/glue/mrpc_tpu.gin": dict(
+              model, **_classification(data, "mrpc")),
+               "experiments/glue/mnli_tpu.gin": mnli}),
+      "regression": dict(
+          gin_file="experiments/demo/movie_score_regression_cpu.gin",
+          params=dict(model, **_classification(data, "scores")), order=fine_tuning,
+          tpu={}),
+      "squad_v1.1": dict(gin_file="experiments/demo/squad_v1_cpu.gin",
+                         params=squad("v1.1"), order=squad_order,
+                         tpu={"experiments/squad/squad_v1_tpu.gin": squad("v1.1")}),
+      "squad_v2.0": dict(gin_file="experiments/demo/squad_v1_cpu.gin",
+                         params=dict(squad("v2.0"), VERSION_2_WITH_NEGATIVE=True),
+                         order=squad_order,
+                         tpu={"experiments/squad/squad_v2_tpu.gin": squad("v2.0")}),
+      "pretraining": dict(
+          gin_file="gin/tasks/pretraining.gin", params=pretraining,
+          order=["bertexp.PretrainingTask.shuffle_buffer_size=0"],
+          tpu={"experiments/pretrain/bert_base_tpu.gin": pretraining}),
+  }
+
+
+def gin_value(value):
+  if value is None or isinstance(value, (bool, int, float)):
+    return str(value)
+  if isinstance(value, dict):
+    return json.dumps(value)
+  return f'"{value}"'
+
+
+def train_args(gin_files, params, extra=(), mode="train_and_eval"):
+  """`bertexp train` arguments: gin files, MACRO=value params, raw bindings."""
+  return (["train", "--mode=" + mode] + [f"--gin_file={f}" for f in gin_files] +
+          [f"--gin_param={k}={gin_value(v)}" for k, v in params.items()] +
+          [f"--gin_param={b}" for b in extra])
+
+
+def run_params(spec, model_dir, batch=8, **more):
+  return dict(spec["params"], MODEL_DIR=model_dir, TRAIN_BATCH_SIZE=batch,
+              EVAL_BATCH_SIZE=batch, TRAIN_STEPS=TRAIN_STEPS,
+              STEPS_PER_LOOP=TRAIN_STEPS, SEED=3, **more)
+
+
+def run_in_process(spec, model_dir, strategy_bindings, extra=(), mode=None):
+  args = train_args([spec["gin_file"]], run_params(spec, model_dir),
+                    list(spec["order"]) + list(strategy_bindings) + list(extra))
+  if mode:
+    args[1] = "--mode=" + mode
+  assert cli.main(args) == 0, args
+
+
+def _free_ports(n):
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
+                    timeout=400):
+  """The same experiment as 2 MultiWorkerMirroredStrategy workers on
+  localhost (TF_CONFIG), each its own process; returns their outputs."""
+  args = train_args([spec["gin_file"]], run_params(spec, model_dir),
+                    list(spec["order"]) + [
+                        'bertexp.make_strategy.kind="multi_worker_mirrored"'] +
+                    list(extra), mode=mode)
+  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  env = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
+  workers = [subprocess.Popen(
+      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      env=dict(env, TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
+             for i in range(2)]
+  outputs = []
+  try:
+    for worker in workers:
+      output, _ = worker.communicate(timeout=timeout)
+      outputs.append(output)
+      assert worker.returncode == 0, output[-4000:]
+  finally:
+    for worker in workers:
+      worker.kill()
+  return outputs
+
+
+def model_weights(model_dir, step=TRAIN_STEPS):
+  """{name: array} of the model's variables in MODEL_DIR's last checkpoint."""
+  path = tf.train.latest_checkpoint(model_dir)
+  assert path and path.endswith(f"ckpt-{step}"), path
+  return {name: tf.train.load_variable(path, name)
+          for name, _ in tf.train.list_variables(path)
+          if name.startswith("model/")}
+
+
+def summary(model_dir):
+  with open(os.path.join(model_dir, "training_summary.json")) as f:
+    return json.load(f)

@@ -1,0 +1,158 @@
+"""Every task on every strategy (the README's strategy matrix).
+
+Classification, regression, SQuAD v1.1, SQuAD v2.0 and pretraining each train
+a few steps, evaluate and predict on: the default strategy; mirrored over 2
+simulated CPU replicas; 2 MultiWorkerMirroredStrategy workers on localhost.
+With dropout off and a fixed data order, the 2-replica and 2-worker weights
+equal the 1-replica weights over the same global batch, and so do the
+evaluation metrics and predictions. Every shipped TPU experiment runs as the
+TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA) with only data and
+model paths bound to the fixtures.
+"""
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bertexp import cli
+from conftest import REPO
+import matrix_fixtures as mf
+
+TASKS = ("classification", "regression", "squad_v1.1", "squad_v2.0",
+         "pretraining")
+FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
+COUNTS = ("num_examples", "exact_match", "accuracy", "mlm_accuracy",
+          "nsp_accuracy", "HasAns_exact", "NoAns_exact")
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+  return mf.build_fixtures(str(tmp_path_factory.mktemp("matrix")))
+
+
+@pytest.fixture(scope="module")
+def one_replica(fixtures, tmp_path_factory):
+  """The reference run of each task on the default strategy (made once)."""
+  runs = {}
+
+  def get(task):
+    if task not in runs:
+      model_dir = str(tmp_path_factory.mktemp(f"one_{task}"))
+      mf.run_in_process(fixtures[task], model_dir, mf.STRATEGIES["default"],
+                        FLOAT32)
+      _predict(fixtures[task], model_dir, mf.STRATEGIES["default"])
+      runs[task] = model_dir
+    return runs[task]
+  return get
+
+
+def _predict(spec, model_dir, strategy):
+  if "pretraining" not in spec["gin_file"]:     # pretraining has no predict
+    mf.run_in_process(spec, model_dir, strategy, FLOAT32, mode="predict")
+
+
+def _assert_same_weights(ours, reference):
+  assert ours.keys() == reference.keys() and len(ours) > 10
+  for name in ours:
+    np.testing.assert_allclose(ours[name], reference[name], atol=1e-5,
+                               rtol=1e-5, err_msg=name)
+
+
+def _assert_same_metrics(ours, reference):
+  assert ours.keys() == reference.keys() and ours
+  for name, value in ours.items():
+    if name.split("/")[-1] in COUNTS:
+      assert value == reference[name], name
+    else:
+      assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
+
+
+def _prediction_files(model_dir):
+  return sorted(glob.glob(f"{model_dir}/test_results*.tsv") +
+                glob.glob(f"{model_dir}/predictions.json"))
+
+
+def _assert_same_predictions(model_dir, reference_dir):
+  files = _prediction_files(model_dir)
+  assert [os.path.basename(f) for f in files] == [
+      os.path.basename(f) for f in _prediction_files(reference_dir)]
+  for path in files:
+    reference = os.path.join(reference_dir, os.path.basename(path))
+    if path.endswith(".json"):
+      assert json.load(open(path)) == json.load(open(reference))
+    else:
+      np.testing.assert_allclose(np.loadtxt(path, ndmin=2),
+                                 np.loadtxt(reference, ndmin=2), atol=1e-5)
+
+
+def _assert_equal_runs(model_dir, reference_dir):
+  _assert_same_weights(mf.model_weights(model_dir),
+                       mf.model_weights(reference_dir))
+  ours, reference = mf.summary(model_dir), mf.summary(reference_dir)
+  _assert_same_metrics(ours["eval_metrics"], reference["eval_metrics"])
+  assert ours["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-5)
+  _assert_same_predictions(model_dir, reference_dir)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_two_cpu_replicas_equal_one_replica(task, fixtures, one_replica,
+                                            tmp_path):
+  model_dir = str(tmp_path / "run")
+  strategy = mf.STRATEGIES["mirrored_2"]
+  mf.run_in_process(fixtures[task], model_dir, strategy, FLOAT32)
+  _predict(fixtures[task], model_dir, strategy)
+  _assert_equal_runs(model_dir, one_replica(task))
+  assert mf.summary(model_dir)["steps_this_run"] == mf.TRAIN_STEPS
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
+  model_dir = str(tmp_path / "run")
+  mf.run_two_workers(fixtures[task], model_dir, FLOAT32)
+  if "pretraining" not in task:
+    mf.run_two_workers(fixtures[task], model_dir, FLOAT32, mode="predict")
+  _assert_equal_runs(model_dir, one_replica(task))
+  # The second worker wrote only into its private folder.
+  assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))
+
+
+TPU_EXPERIMENTS = sorted(
+    os.path.relpath(p, REPO)
+    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
+
+
+def test_every_tpu_experiment_is_in_the_matrix(fixtures):
+  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
+  assert TPU_EXPERIMENTS and set(TPU_EXPERIMENTS) == covered
+
+
+@pytest.mark.parametrize("gin_file", TPU_EXPERIMENTS)
+def test_tpu_experiment_runs_as_the_tpu_check(gin_file, fixtures, tmp_path):
+  """The shipped file itself + runtime/tpu_check.gin: 8 CPU replicas, XLA,
+  bfloat16; paths bound to the fixtures, two steps; eval covers every
+  example once; predict writes every test split."""
+  spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
+  model_dir = str(tmp_path / "run")
+  params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
+  args = mf.train_args([gin_file, "runtime/tpu_check.gin"], params)
+  assert cli.main(args) == 0
+  summary = mf.summary(model_dir)
+  assert summary["steps_this_run"] == 2
+  config = open(os.path.join(model_dir, "config.gin")).read()
+  assert "cpu_replicas = %CPU_REPLICAS" in config and "jit_compile = True" in config
+  metrics = summary["eval_metrics"]
+  assert metrics and all(np.isfinite(v) for v in metrics.values())
+  if "pretraining" in gin_file:
+    import tensorflow as tf
+    expected = sum(1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
+    assert metrics["num_examples"] == expected
+    return
+  if "squad" not in gin_file:
+    meta = json.load(open(params["INPUT_META_DATA_PATH"]))
+    assert metrics["num_examples"] == meta["split_sizes"]["eval"]
+  predict = mf.train_args([gin_file, "runtime/tpu_check.gin"], params,
+                          mode="predict")
+  assert cli.main(predict) == 0
+  assert _prediction_files(model_dir)

@@ -35,7 +35,8 @@ def _gather_replicas(value):
   Every replica gets every replica's rows, so the host of any worker sees the
   whole global batch, not only its local shard. Built on a SUM all-reduce of
   one-hot placed copies: `all_gather` fails for MultiWorkerMirroredStrategy on
-  tensors without a device. Values go through float32 (exact for ids < 2^24).
+  tensors without a device. Values go through float32 (exact for ids and
+  eval positions < 2^24).
   """
   context = tf.distribute.get_replica_context()
   replicas = context.num_replicas_in_sync
@@ -45,6 +46,16 @@ def _gather_replicas(value):
   summed = context.all_reduce(tf.distribute.ReduceOp.SUM, spread)
   merged = tf.reshape(summed, tf.concat([[-1], tf.shape(value)[1:]], 0))
   return tf.cast(merged, value.dtype)
+
+
+def _merge_repeated_rows(gradient):
+  """IndexedSlices with repeated indices -> one row per index (summed)."""
+  if not isinstance(gradient, tf.IndexedSlices):
+    return gradient
+  unique, position = tf.unique(gradient.indices)
+  values = tf.math.unsorted_segment_sum(gradient.values, position,
+                                        tf.shape(unique)[0])
+  return tf.IndexedSlices(values, unique, gradient.dense_shape)
 
 
 def global_batch_loss(task, labels, outputs, totals):
@@ -110,6 +121,9 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     # embedding's sparse gradient.)
     if replicas > 1:
       grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    # A sparse gradient lists a word once per occurrence: sum repeats first,
+    # or the norm (and the clip) would be of the pieces, not the gradient.
+    grads = [_merge_repeated_rows(g) for g in grads]
     norm = tf.linalg.global_norm(grads)
     if self.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
@@ -179,7 +193,9 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
 
   def _eval_replica_step(self, features, labels):
     outputs = self.model(features, training=False)
-    per_example = self.task.eval_outputs(features, labels, outputs)
+    per_example = dict(self.task.eval_outputs(features, labels, outputs))
+    if "position" in features:
+      per_example["position"] = features["position"]
     if self.strategy.num_replicas_in_sync == 1:
       return per_example
     return {k: _gather_replicas(v) for k, v in per_example.items()}
@@ -198,7 +214,12 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
         # After all_gather the first local replica holds the global batch.
         local = self.strategy.experimental_local_results(value)[0]
         gathered.setdefault(key, []).append(local.numpy())
-    return {k: np.concatenate(v) for k, v in gathered.items()}
+    gathered = {k: np.concatenate(v) for k, v in gathered.items()}
+    if "position" in gathered:
+      # Back to the eval set's order (padding, position -1, first).
+      order = np.argsort(gathered["position"], kind="stable")
+      gathered = {k: v[order] for k, v in gathered.items()}
+    return gathered
 
   def evaluate(self, num_steps):
     """All eval splits; metrics of extra splits are prefixed by their name."""

@@ -285,6 +285,13 @@ def model_weights(model_dir, step=TRAIN_STEPS):
           if name.startswith("model/")}
 
 
+def question_ids(squad_file):
+  with open(squad_file) as f:
+    data = json.load(f)["data"]
+  return [qa["id"] for article in data for paragraph in article["paragraphs"]
+          for qa in paragraph["qas"]]
+
+
 def summary(model_dir):
   with open(os.path.join(model_dir, "training_summary.json")) as f:
     return json.load(f)

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bertexp import cli
 from conftest import REPO
@@ -132,7 +133,7 @@ def test_every_tpu_experiment_is_in_the_matrix(fixtures):
 def test_tpu_experiment_runs_as_the_tpu_check(gin_file, fixtures, tmp_path):
   """The shipped file itself + runtime/tpu_check.gin: 8 CPU replicas, XLA,
   bfloat16; paths bound to the fixtures, two steps; eval covers every
-  example once; predict writes every test split."""
+  example once. (Predict on many replicas: the 2-replica cells.)"""
   spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
   model_dir = str(tmp_path / "run")
   params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
@@ -144,15 +145,91 @@ def test_tpu_experiment_runs_as_the_tpu_check(gin_file, fixtures, tmp_path):
   assert "cpu_replicas = %CPU_REPLICAS" in config and "jit_compile = True" in config
   metrics = summary["eval_metrics"]
   assert metrics and all(np.isfinite(v) for v in metrics.values())
-  if "pretraining" in gin_file:
-    import tensorflow as tf
-    expected = sum(1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
-    assert metrics["num_examples"] == expected
-    return
-  if "squad" not in gin_file:
-    meta = json.load(open(params["INPUT_META_DATA_PATH"]))
+  meta = json.load(open(params["INPUT_META_DATA_PATH"]))
+  if "mlm_accuracy" in metrics:
+    assert metrics["num_examples"] == sum(
+        1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
+  elif "total" in metrics:                     # SQuAD v2.0 counts questions
+    assert metrics["total"] == len(mf.question_ids(params["PREDICT_FILE"]))
+  elif "f1" not in metrics:
     assert metrics["num_examples"] == meta["split_sizes"]["eval"]
-  predict = mf.train_args([gin_file, "runtime/tpu_check.gin"], params,
-                          mode="predict")
-  assert cli.main(predict) == 0
-  assert _prediction_files(model_dir)
+
+
+@pytest.mark.parametrize("replicas", ["default", "mirrored_2"])
+def test_lamb_fine_tuning_equal_on_one_and_two_replicas(replicas, fixtures,
+                                                          tmp_path):
+  """LAMB on a fine-tuning task (sparse word-embedding gradient): runs
+  through the CLI and gives the same weights on 1 and 2 replicas."""
+  lamb = FLOAT32 + ['bertexp.create_optimizer.kind="lamb"',
+                    "LEARNING_RATE=1e-3"]
+  runs = {}
+  for name in ("default", replicas):
+    runs[name] = str(tmp_path / name)
+    mf.run_in_process(fixtures["classification"], runs[name],
+                      mf.STRATEGIES[name], lamb)
+  weights = mf.model_weights(runs[replicas])
+  initial = tf.train.load_variable(
+      fixtures["classification"]["params"]["INIT_CHECKPOINT"],
+      "encoder/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
+  assert not np.allclose(initial, weights[
+      "model/encoder/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"])
+  _assert_same_weights(weights, mf.model_weights(runs["default"]))
+
+
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_on_two_replicas(precision, fixtures, tmp_path):
+  for task in ("classification", "squad_v1.1"):
+    model_dir = str(tmp_path / task)
+    mf.run_in_process(fixtures[task], model_dir, mf.STRATEGIES["mirrored_2"],
+                      [f'bertexp.configure_numerics.precision="{precision}"'])
+    summary = mf.summary(model_dir)
+    assert np.isfinite(summary["train_loss"]) and summary["eval_metrics"]
+    weights = mf.model_weights(model_dir)
+    assert all(np.isfinite(w).all() for w in weights.values())
+    if precision == "mixed_float16":
+      scale = tf.train.load_variable(
+          tf.train.latest_checkpoint(model_dir),
+          "optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/VARIABLE_VALUE")
+      assert scale > 1
+
+
+def test_phase_two_continues_heads_and_optimizer_of_phase_one(
+    fixtures, one_replica, tmp_path):
+  """INIT_CHECKPOINT = phase 1's MODEL_DIR: the MLM and NSP heads come along
+  (with learning rate 0 they end phase 2 unchanged), the step restarts at 0,
+  and with init_optimizer_state each moment continues phase 1's:
+  m2 - m2_fresh = beta^steps * m1, exactly what Adam's recursion gives."""
+  phase_one = one_replica("pretraining")
+  spec = dict(fixtures["pretraining"], params=dict(
+      fixtures["pretraining"]["params"], INIT_CHECKPOINT=phase_one,
+      LEARNING_RATE=0.0))
+  runs = {}
+  for name, extra in (("fresh", []), ("with_optimizer", [
+      "bertexp.experiment.init_optimizer_state=True"])):
+    runs[name] = str(tmp_path / name)
+    mf.run_in_process(spec, runs[name], mf.STRATEGIES["default"],
+                      FLOAT32 + extra)
+    assert mf.summary(runs[name])["resumed_from_step"] == 0
+  before = mf.model_weights(phase_one)
+  after = mf.model_weights(runs["fresh"])
+  heads = [n for n in before if "mlm" in n or "nsp" in n]
+  assert len(heads) >= 5
+  for name in before:
+    np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+  slots = {}
+  for label, model_dir in (("one", phase_one), *runs.items()):
+    path = tf.train.latest_checkpoint(model_dir)
+    slots[label] = {n: tf.train.load_variable(path, n)
+                    for n, _ in tf.train.list_variables(path)
+                    if n.startswith("optimizer/") and "iterations" not in n
+                    and "learning_rate" not in n}
+  betas = set()
+  for name, m1 in slots["one"].items():
+    if not np.any(m1):
+      continue
+    difference = slots["with_optimizer"][name] - slots["fresh"][name]
+    beta = next((b for b in (0.9, 0.999) if np.allclose(
+        difference, b ** mf.TRAIN_STEPS * m1, rtol=1e-4, atol=1e-9)), None)
+    assert beta is not None, name
+    betas.add(beta)
+  assert betas == {0.9, 0.999}

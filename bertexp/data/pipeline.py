@@ -65,6 +65,8 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   pipeline_id = input_context.input_pipeline_id if input_context else 0
   dataset = tf.data.TFRecordDataset(files, num_parallel_reads=(
       tf.data.AUTOTUNE if is_training and len(files) > 1 else None))
+  if not is_training:
+    dataset = dataset.enumerate()            # (position, record)
   if num_pipelines > 1:
     dataset = dataset.shard(num_pipelines, pipeline_id)
   if is_training:
@@ -78,12 +80,25 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
     return dataset.prefetch(tf.data.AUTOTUNE)
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
-  dataset = dataset.batch(batch_size).map(_decode(spec, label_names)).unbatch()
+  dataset = dataset.batch(batch_size).map(
+      with_positions(_decode(spec, label_names))).unbatch()
   return pad_and_batch_eval(
       dataset, num_examples=num_examples, batch_size=batch_size,
       input_context=input_context,
       padding=padding_element(seq_length, label_dtype, len(label_names),
                               id_name))
+
+
+def with_positions(decode):
+  """decode(records) -> decode((positions, records)) that adds
+  features["position"]: each example's place in the whole eval set, so the
+  host can put gathered outputs back in file order whatever the sharding
+  (workers read interleaved shards)."""
+  def decode_with_positions(positions, serialized):
+    features, labels = decode(serialized)
+    features["position"] = tf.cast(positions, tf.int32)
+    return features, labels
+  return decode_with_positions
 
 
 def pad_and_batch_eval(dataset, *, num_examples, batch_size, input_context,
@@ -114,6 +129,7 @@ def padding_element(seq_length, label_dtype, num_labels=1,
   """A weight-0 (features, labels) element of a fine-tuning eval set."""
   features = {name: tf.zeros([seq_length], tf.int32) for name in MODEL_INPUTS}
   features[id_name] = tf.constant(-1, tf.int32)
+  features["position"] = tf.constant(-1, tf.int32)
   features["example_weight"] = tf.constant(0.0)
   labels = tf.zeros([] if num_labels == 1 else [num_labels],
                     tf.float32 if label_dtype == tf.float32 else tf.int32)

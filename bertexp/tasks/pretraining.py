@@ -145,7 +145,7 @@ class PretrainingTask(base.Task):
     dataset = tf.data.TFRecordDataset(pipeline.list_files(path))
     if split != "train":
       # Every example once on any replica count: take, then shard, then pad.
-      dataset = dataset.take(self._eval_examples())
+      dataset = dataset.take(self._eval_examples()).enumerate()
     if input_context and input_context.num_input_pipelines > 1:
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)
@@ -156,7 +156,8 @@ class PretrainingTask(base.Task):
       return dataset.batch(batch_size, drop_remainder=True).map(
           self._decode, num_parallel_calls=tf.data.AUTOTUNE,
           deterministic=True).prefetch(tf.data.AUTOTUNE)
-    dataset = dataset.batch(batch_size).map(self._decode).unbatch()
+    dataset = dataset.batch(batch_size).map(
+        pipeline.with_positions(self._decode)).unbatch()
     return pipeline.pad_and_batch_eval(
         dataset, num_examples=self._eval_examples(), batch_size=batch_size,
         input_context=input_context, padding=self._padding())
@@ -166,7 +167,7 @@ class PretrainingTask(base.Task):
     features = {"input_word_ids": z(self.seq), "input_mask": z(self.seq),
                 "input_type_ids": z(self.seq),
                 "masked_lm_positions": z(self.predictions),
-                "example_weight": tf.constant(0.0)}
+                "position": tf.constant(-1), "example_weight": tf.constant(0.0)}
     labels = {"masked_lm_ids": z(self.predictions),
               "masked_lm_weights": z(self.predictions, tf.float32),
               "next_sentence_labels": tf.constant(0)}

@@ -113,6 +113,7 @@ class QuestionAnsweringTask(base.Task):
     # Ids count windows from 0: exact through the float32 replica gather.
     columns["unique_id"] = np.array([f.unique_id for f in features], np.int32)
     columns["example_weight"] = np.ones(len(features), np.float32)
+    columns["position"] = np.arange(len(features), dtype=np.int32)
     labels = np.zeros([len(features), 2], np.int32)
     dataset = tf.data.Dataset.from_tensor_slices((columns, labels))
     if input_context and input_context.num_input_pipelines > 1:

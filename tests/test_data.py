@@ -182,15 +182,20 @@ def test_max_seq_length_above_model_positions(tmp_path, tiny_vocab, tiny_config,
       capsys.readouterr().err)
 
 
-def test_failure_midway_leaves_no_partial_files(tmp_path, tiny_vocab):
+def test_failure_midway_leaves_no_partial_files(tmp_path, tiny_vocab, caplog):
+  """Train and eval are written, then the test split cannot be (a folder
+  holds its name): the written splits are removed again, no temp file or
+  meta data is left, and the folder that was there before is untouched."""
   folder = write_sst2_folder(str(tmp_path / "SST-2"))
-  with open(os.path.join(folder, "test.tsv"), "a") as f:
-    f.write("99\tan extra column\there\n")     # test split fails last
   out = tmp_path / "data"
-  with pytest.raises(ValueError, match="test.tsv:18: expected 2 columns"):
+  (out / "sst2_test.tf_record").mkdir(parents=True)
+  with pytest.raises(Exception) as failure, caplog.at_level("INFO"):
     prepare.prepare_glue("SST-2", input_dir=folder, vocab_file=tiny_vocab,
                          output_dir=str(out), max_seq_length=16)
-  assert not out.exists() or os.listdir(out) == []
+  assert "sst2_test.tf_record" in str(failure.value)
+  assert "sst2_train.tf_record" in caplog.text       # written, then removed
+  assert os.listdir(out) == ["sst2_test.tf_record"]
+  assert os.listdir(out / "sst2_test.tf_record") == []
 
 
 def test_csv_and_jsonl_and_derived_labels(tmp_path, tiny_vocab):

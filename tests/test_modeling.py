@@ -74,9 +74,38 @@ def test_every_config_field_is_read(tmp_path):
   assert encoder.embeddings.position_embeddings.shape == (40, 16)
   assert encoder.blocks[0].intermediate.kernel.shape == (16, 24)
   assert np.std(encoder.embeddings.word_embeddings.numpy()) > 0.2
-  for name in ("hidden_dropout_prob", "attention_probs_dropout_prob",
-               "hidden_act", "vocab_size", "num_attention_heads"):
-    assert getattr(encoder.config, name) == values[name]
+  assert encoder.embeddings.word_embeddings.shape == (values["vocab_size"], 16)
+  assert encoder.blocks[0].num_heads == values["num_attention_heads"]
+
+
+@pytest.mark.parametrize("field", ["hidden_dropout_prob",
+                                   "attention_probs_dropout_prob"])
+def test_dropout_fields_drop_in_training_only(tmp_path, field):
+  values = dict(TINY_CONFIG, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0)
+  values[field] = 0.5
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(values))
+  encoder = bertexp.load_encoder(str(path))
+  inputs = encoder.dummy_inputs()
+  outputs = lambda training: encoder(inputs, training=training)[
+      "sequence_output"].numpy()
+  np.testing.assert_array_equal(outputs(False), outputs(False))
+  assert not np.allclose(outputs(True), outputs(False))
+
+
+def test_hidden_act_field_changes_the_output(tmp_path):
+  """Same weights, hidden_act gelu vs relu: different outputs."""
+  results, weights = [], None
+  for act in ("gelu", "relu"):
+    path = tmp_path / f"{act}.json"
+    path.write_text(json.dumps(dict(TINY_CONFIG, hidden_act=act)))
+    encoder = bertexp.load_encoder(str(path))
+    weights = weights or encoder.get_weights()
+    encoder.set_weights(weights)
+    results.append(encoder(encoder.dummy_inputs(), training=False)[
+        "sequence_output"].numpy())
+  assert not np.allclose(results[0], results[1], atol=1e-4)
 
 
 def test_fresh_weights_differ_between_layers(tiny_config):

@@ -57,12 +57,64 @@ def test_adamw_decays_kernels_not_bias_or_layer_norm():
   assert opt.epsilon == 1e-6 and opt.beta_1 == 0.9 and opt.beta_2 == 0.999
 
 
-def test_lamb_moves_against_the_gradient_and_skips_decay():
+def _numpy_lamb_step(w, g, lr, decay, adapt, beta_1=0.9, beta_2=0.999,
+                     eps=1e-6):
+  """One LAMB step from zero moments (You et al. 2019, Alg. 2), float64."""
+  w, g = w.astype(np.float64), g.astype(np.float64)
+  m, v = (1 - beta_1) * g, (1 - beta_2) * g * g
+  update = (m / (1 - beta_1)) / (np.sqrt(v / (1 - beta_2)) + eps) + decay * w
+  ratio = np.linalg.norm(w) / np.linalg.norm(update) if adapt else 1.0
+  return w - lr * ratio * update
+
+
+def test_lamb_step_equals_the_paper_with_layer_norm_and_bias_excluded():
+  """Kernel: decay + trust ratio; LayerNorm gamma and bias: neither (Model
+  Garden's exclude_from_weight_decay / exclude_from_layer_adaptation)."""
   opt = optimization.create_optimizer(10, 0, learning_rate=0.01, kind="lamb",
-                                      weight_decay=0.0)
-  v = tf.Variable([1.0, -2.0], name="w")
-  opt.build([v])
-  opt.apply_gradients([(tf.constant([0.5, -0.5]), v)])
-  assert v.numpy()[0] < 1.0 and v.numpy()[1] > -2.0
+                                      weight_decay=0.1)
+  layer_norm = tf_keras.layers.LayerNormalization(name="layer_norm")
+  dense = tf_keras.layers.Dense(3, name="dense")
+  x = tf.random.stateless_normal([2, 3], seed=[1, 2])
+  layer_norm(x)
+  dense(x)
+  dense.bias.assign([0.5, -1.0, 2.0])
+  variables = [dense.kernel, dense.bias, layer_norm.gamma]
+  grads = [tf.random.stateless_normal(v.shape, seed=[i, 7])
+           for i, v in enumerate(variables)]
+  before = [v.numpy() for v in variables]
+  opt.build(variables)
+  opt.apply_gradients(zip(grads, variables))
+  expected = [
+      _numpy_lamb_step(before[0], grads[0].numpy(), 0.01, 0.1, adapt=True),
+      _numpy_lamb_step(before[1], grads[1].numpy(), 0.01, 0.0, adapt=False),
+      _numpy_lamb_step(before[2], grads[2].numpy(), 0.01, 0.0, adapt=False)]
+  for variable, want in zip(variables, expected):
+    np.testing.assert_allclose(variable.numpy(), want, rtol=1e-5, atol=1e-7,
+                               err_msg=variable.name)
+  # The trust ratio made a difference for the kernel (the test can fail).
+  plain = _numpy_lamb_step(before[0], grads[0].numpy(), 0.01, 0.1, adapt=False)
+  assert not np.allclose(plain, expected[0], rtol=1e-3)
+
+
+def test_lamb_sparse_gradient_equals_its_dense_form():
+  """The word-embedding gradient arrives as IndexedSlices (repeated rows)."""
+  table = lambda: tf.Variable(tf.random.stateless_normal([6, 4], seed=[3, 4]),
+                              name="word_embeddings")
+  sparse_var, dense_var = table(), table()
+  ids = tf.constant([1, 4, 1, 5])
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(tf.gather(sparse_var, ids) ** 2)
+  sparse = tape.gradient(loss, sparse_var)
+  assert isinstance(sparse, tf.IndexedSlices)
+  for variable, gradient in ((sparse_var, sparse),
+                             (dense_var, tf.convert_to_tensor(sparse))):
+    opt = optimization.create_optimizer(10, 0, learning_rate=0.01, kind="lamb")
+    opt.build([variable])
+    opt.apply_gradients([(gradient, variable)])
+  np.testing.assert_allclose(sparse_var.numpy(), dense_var.numpy(), rtol=1e-6)
+  assert not np.allclose(sparse_var.numpy(), table().numpy())
+
+
+def test_unknown_optimizer_kind():
   with pytest.raises(ValueError, match="optimizer kind 'sgd'"):
     optimization.create_optimizer(10, 0, learning_rate=0.1, kind="sgd")

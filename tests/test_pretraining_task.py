@@ -6,6 +6,7 @@ import os
 import random
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import bertexp
@@ -148,3 +149,43 @@ def test_chinese_pipeline_on_real_text(tmp_path):
                   + common) == 0
   fine = json.loads((tmp_path / "fine" / "training_summary.json").read_text())
   assert fine["eval_metrics"]["num_examples"] == 200
+
+
+def test_mlm_loss_averages_over_the_masked_tokens_of_the_global_batch(tmp_path):
+  """3 predictions in one example, 1 in another: the MLM loss is the mean
+  over the 4 tokens (google-research/bert, Model Garden), not the mean of
+  the two examples' means; split over 2 replicas, the shares add up to it."""
+  from bertexp import trainer as trainer_lib
+  meta = tmp_path / "meta"
+  meta.write_text(json.dumps({"task": "pretraining", "max_seq_length": 8,
+                              "max_predictions_per_seq": 4}))
+  task = pretraining_task.PretrainingTask(bert_config_file="unused",
+                                          meta_data_path=str(meta))
+  rng = np.random.default_rng(0)
+  vocab = 7
+  labels = {"masked_lm_ids": tf.constant([[1, 2, 3, 0], [4, 0, 0, 0]]),
+            "masked_lm_weights": tf.constant([[1., 1., 1., 0.], [1., 0., 0., 0.]]),
+            "next_sentence_labels": tf.constant([0, 1])}
+  outputs = {"mlm_logits": tf.constant(rng.normal(size=[2, 4, vocab]), tf.float32),
+             "nsp_logits": tf.constant(rng.normal(size=[2, 2]), tf.float32)}
+
+  def cross_entropy(logits, label):
+    logits = np.asarray(logits, np.float64)
+    return np.log(np.sum(np.exp(logits))) - logits[label]
+  mlm = outputs["mlm_logits"].numpy()
+  token_losses = [cross_entropy(mlm[0, p], i) for p, i in enumerate([1, 2, 3])]
+  token_losses.append(cross_entropy(mlm[1, 0], 4))
+  nsp = outputs["nsp_logits"].numpy()
+  nsp_loss = (cross_entropy(nsp[0], 0) + cross_entropy(nsp[1], 1)) / 2
+  expected = sum(token_losses) / 4 + nsp_loss
+  per_example_means = (np.mean(token_losses[:3]) + token_losses[3]) / 2 + nsp_loss
+  assert abs(expected - per_example_means) > 1e-3     # the two rules differ
+
+  totals = {k: tf.reduce_sum(v) for k, v in task.loss_weights(labels).items()}
+  whole = trainer_lib.global_batch_loss(task, labels, outputs, totals)
+  assert float(whole) == pytest.approx(expected, rel=1e-6)
+  half = lambda tree, i: tf.nest.map_structure(lambda t: t[i:i + 1], tree)
+  shares = [trainer_lib.global_batch_loss(task, half(labels, i),
+                                          half(outputs, i), totals)
+            for i in (0, 1)]
+  assert float(shares[0] + shares[1]) == pytest.approx(expected, rel=1e-6)

@@ -44,15 +44,32 @@ def is_cjk(ch):
           0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
+# FullTokenizer's WordpieceTokenizer makes a word of more than 200
+# characters one [UNK]; FastBertTokenizer counts bytes (default 100). Words
+# up to 200 characters (at most 800 UTF-8 bytes) go to FastBertTokenizer
+# whole; longer ones are replaced by a word just over its byte limit, which
+# it turns into one [UNK].
+MAX_CHARS_PER_WORD = 200
+MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD
+_UNKNOWN_WORD = "x" * (MAX_BYTES_PER_WORD + 1)
+# A "word" as FullTokenizer's BasicTokenizer splits: no space, no
+# punctuation (ASCII symbols included), no CJK ideograph.
+_WORD_CHAR = (r"[^ !-/:-@\[-`{-~\p{P}\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}"
+              r"\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}"
+              r"\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
+
+
 def normalize(texts, do_lower_case):
-  """FullTokenizer's text cleaning and lower-casing, as string ops."""
+  """FullTokenizer's text cleaning and lower-casing, as string ops; words
+  over MAX_CHARS_PER_WORD characters become a word that tokenizes to [UNK]."""
   texts = tf.strings.regex_replace(texts, r"[\t\n\r\p{Zs}]", " ")
   texts = tf.strings.regex_replace(texts, r"[\x{0}\x{fffd}\p{C}]", "")
   if do_lower_case:
     texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf_text.normalize_utf8(texts, "NFD")
     texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-  return texts
+  return tf.strings.regex_replace(
+      texts, _WORD_CHAR + "{%d,}" % (MAX_CHARS_PER_WORD + 1), _UNKNOWN_WORD)
 
 
 class Tokenizer:
@@ -71,6 +88,7 @@ class Tokenizer:
     # full-width letters -> ASCII), which FullTokenizer does not.
     self._tokenizer = tf_text.FastBertTokenizer(
         vocab=self.vocab, token_out_type=tf.int64, unknown_token="[UNK]",
+        max_bytes_per_word=MAX_BYTES_PER_WORD,
         no_pretokenization=False, support_detokenization=True,
         lower_case_nfd_strip_accents=False)
 

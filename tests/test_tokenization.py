@@ -14,6 +14,11 @@ ACCENTED = ["Café résumé naïve ÅNGSTRÖM", "Über straße façade", "İstan
 CHINESE = ["我爱北京天安门，今天天气很好。", "混合 mixed 中文 text", "電影很好看！"]
 ODD = ["a\x00b\u200bc\u3000d", "ＡＢＣ x² ﬁ", "emoji 😀 ok", "x\ufffdy",
        "soft\u00adhyphen", "\u0301abc", "x" * 250]
+# Words of 101-200 bytes or characters: FullTokenizer's limit is 200
+# characters (then one [UNK]); FastBertTokenizer's own default is 100 bytes.
+LONG_WORDS = ["un" + "believable" * 12, "abc" * 66 + "de", "abc" * 67,
+              "д" * 90, "ab" * 100 + " ok", "ab" * 100 + "a, fine", "é" * 120,
+              "x" * 199 + "-" + "y" * 201 + " z", "天" * 300, "$" + "q" * 200]
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +27,7 @@ def minilm_tokenizer():
   return tokenization.Tokenizer(f"{MINILM_HF}/vocab.txt", do_lower_case=True)
 
 
-@pytest.mark.parametrize("text", ENGLISH + ACCENTED + CHINESE + ODD)
+@pytest.mark.parametrize("text", ENGLISH + ACCENTED + CHINESE + ODD + LONG_WORDS)
 def test_same_tokens_as_full_tokenizer_rules(minilm_tokenizer, text):
   ours = minilm_tokenizer.convert_ids_to_tokens(minilm_tokenizer.tokenize([text])[0])
   theirs = reference_tokenizer.full_tokenize(

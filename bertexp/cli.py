@@ -80,8 +80,10 @@ def cmd_prepare(args):
         label_column=args.label_column,
         labels=args.labels.split(",") if args.labels else None,
         regression=args.regression, id_column=args.id_column, **common)
+  skipped = meta.get("skipped_malformed_rows")
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
-        f"truncated {meta['truncated_examples']}", flush=True)
+        f"truncated {meta['truncated_examples']}" +
+        (f", skipped malformed rows {skipped}" if skipped else ""), flush=True)
 
 
 def _max_positions(bert_config_file):

@@ -92,6 +92,13 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
   labels = {name: encode_labels(rows, label_names, regression)
             for name, rows, _ in splits}   # all label errors before any writing
+  skipped = {name: len(rows.skipped) for name, rows, _ in splits
+             if rows.skipped}
+  for name, rows, _ in splits:
+    if rows.skipped:
+      logging.warning("%s: skipped %d malformed rows (wrong column count), "
+                      "lines %s%s", rows.path, len(rows.skipped),
+                      rows.skipped[:10], " ..." if len(rows.skipped) > 10 else "")
   fileio.makedirs(output_dir)
   sizes, truncated = {}, {}
   written = []
@@ -110,6 +117,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "eval_data_size": sizes.get("eval", 0),
         "split_sizes": sizes,
         "truncated_examples": truncated,
+        "skipped_malformed_rows": skipped,
         "num_labels": 1 if regression else len(label_names),
         "num_text_features": 1 if splits[0][1].text_b is None else 2,
         "label_type": "float" if regression else "int",

@@ -22,6 +22,7 @@ class Rows:
   labels: Optional[List[str]]    # raw label strings; None for test files
   example_ids: List[str]
   lines: List[int]               # 1-based line of each row in `path`
+  skipped: List[int] = dataclasses.field(default_factory=list)  # lines left out
 
   def __len__(self):
     return len(self.text_a)
@@ -40,6 +41,9 @@ class GlueSpec:
   test_text_columns: tuple = ()
   id_column: str = "index"
   headerless_columns: Optional[dict] = None   # CoLA train/dev have no header
+  # QQP's train/dev files have rows cut by stray line breaks; Model Garden
+  # and google-research skip them. They are skipped, counted and logged.
+  skip_malformed_rows: bool = False
 
 
 _NLI = ("entailment", "not_entailment")
@@ -57,7 +61,7 @@ GLUE_TASKS = {
     "qqp": GlueSpec(
         "qqp", ("0", "1"), ("question1", "question2"), "is_duplicate",
         "train.tsv", (("eval", "dev.tsv"),), (("test", "test.tsv"),),
-        id_column="id"),
+        id_column="id", skip_malformed_rows=True),
     "sts-b": GlueSpec(
         "sts-b", None, ("sentence1", "sentence2"), "score", "train.tsv",
         (("eval", "dev.tsv"),), (("test", "test.tsv"),)),
@@ -126,8 +130,13 @@ def _table_rows(path, delimiter):
 
 
 def read_table(path, text_columns, label_column=None, id_column=None,
-               positions=None):
-  """Reads a TSV/CSV with a header (or fixed `positions` name -> index)."""
+               positions=None, skip_malformed_rows=False):
+  """Reads a TSV/CSV with a header (or fixed `positions` name -> index).
+
+  A row whose column count differs from the header's is an error naming its
+  line, or with skip_malformed_rows is left out and its line recorded in
+  `Rows.skipped`.
+  """
   delimiter = "," if path.lower().endswith(".csv") else "\t"
   rows = Rows(path, [], [] if len(text_columns) > 1 else None,
               [] if label_column else None, [], [])
@@ -145,6 +154,9 @@ def read_table(path, text_columns, label_column=None, id_column=None,
   for number, fields in records:
     if width is None:
       width = len(fields)
+    if len(fields) != width and skip_malformed_rows:
+      rows.skipped.append(number)
+      continue
     if len(fields) != width:
       raise ValueError(f"{path}:{number}: expected {width} columns, found "
                        f"{len(fields)}")
@@ -202,4 +214,5 @@ def read_glue(spec, path, with_labels):
   if spec.headerless_columns and with_labels:
     return read_table(path, texts, label, spec.id_column,
                       positions=spec.headerless_columns)
-  return read_table(path, texts, label, spec.id_column)
+  return read_table(path, texts, label, spec.id_column,
+                    skip_malformed_rows=spec.skip_malformed_rows)

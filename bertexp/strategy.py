@@ -59,16 +59,7 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
       raise ValueError("bind num_gpus or cpu_replicas, not both")
     devices = ([f"/gpu:{i}" for i in range(num_gpus)] if num_gpus
                else split_cpu(cpu_replicas) if cpu_replicas else ["/cpu:0"])
-    key = (tuple(devices), all_reduce)
-    # One strategy per device set and process: a second MirroredStrategy
-    # over the same devices reuses the first one's collective instance keys,
-    # and TensorFlow aborts when their shapes differ (e.g. predict after
-    # train in one Python process).
-    if key not in _MIRRORED:
-      _MIRRORED[key] = tf.distribute.MirroredStrategy(
-          devices=devices, cross_device_ops=_cross_device_ops(all_reduce,
-                                                              num_gpus))
-    return _MIRRORED[key]
+    return _mirrored(devices, all_reduce, num_gpus)
   # multi_worker_mirrored
   if "TF_CONFIG" in os.environ:
     cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
@@ -80,6 +71,31 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
   return tf.distribute.MultiWorkerMirroredStrategy(
       communication_options=tf.distribute.experimental.CommunicationOptions(
           implementation=communication))
+
+
+def _mirrored(devices, all_reduce, num_gpus):
+  """One MirroredStrategy per device set and process.
+
+  Two strategies over several devices in one process share collective
+  instance keys, and TensorFlow aborts their all-reduces when shapes differ
+  (e.g. predict after train, or 8 replicas after 2, in one Python process):
+  the same device set reuses its strategy; another one is a clear error.
+  """
+  if len(devices) == 1:
+    return tf.distribute.MirroredStrategy(devices=devices)
+  key = (tuple(devices), all_reduce)
+  if key not in _MIRRORED:
+    if _MIRRORED:
+      (other, _), = _MIRRORED.keys()
+      raise ValueError(
+          f"this process already runs a mirrored strategy over {len(other)} "
+          f"devices; TensorFlow cannot run a second one over {len(devices)} "
+          "in the same process: start a new process (e.g. a new `bertexp "
+          "train`) for a different replica count")
+    _MIRRORED[key] = tf.distribute.MirroredStrategy(
+        devices=devices, cross_device_ops=_cross_device_ops(all_reduce,
+                                                            num_gpus))
+  return _MIRRORED[key]
 
 
 def split_cpu(replicas):

@@ -68,8 +68,19 @@ def normalize(texts, do_lower_case):
     texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf_text.normalize_utf8(texts, "NFD")
     texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-  return tf.strings.regex_replace(
-      texts, _WORD_CHAR + "{%d,}" % (MAX_CHARS_PER_WORD + 1), _UNKNOWN_WORD)
+  return _replace_long_words(texts)
+
+
+def _replace_long_words(texts):
+  """Words over MAX_CHARS_PER_WORD characters -> _UNKNOWN_WORD. The exact
+  pattern is slow (RE2 leaves its DFA for it), so it runs only on the texts
+  that have such a run of non-space characters at all (a fast test)."""
+  long_run = r"(?s).*[^ ]{%d,}.*" % (MAX_CHARS_PER_WORD + 1)
+  where = tf.where(tf.strings.regex_full_match(texts, long_run))      # [K, rank]
+  replaced = tf.strings.regex_replace(
+      tf.gather_nd(texts, where),
+      _WORD_CHAR + "{%d,}" % (MAX_CHARS_PER_WORD + 1), _UNKNOWN_WORD)
+  return tf.tensor_scatter_nd_update(texts, where, replaced)
 
 
 class Tokenizer:

@@ -194,7 +194,9 @@ def _specs(root, vocab, config):
       "regression": dict(
           gin_file="experiments/demo/movie_score_regression_cpu.gin",
           params=dict(model, **_classification(data, "scores")), order=fine_tuning,
-          tpu={}),
+          # No shipped TPU file does regression: the CPU demo + tpu_check.gin.
+          tpu={"experiments/demo/movie_score_regression_cpu.gin": dict(
+              model, **_classification(data, "scores"))}),
       "squad_v1.1": dict(gin_file="experiments/demo/squad_v1_cpu.gin",
                          params=squad("v1.1"), order=squad_order,
                          tpu={"experiments/squad/squad_v1_tpu.gin": squad("v1.1")}),
@@ -248,6 +250,19 @@ def _free_ports(n):
   return ports
 
 
+def _environment():
+  return dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
+
+
+def run_cli(args, timeout=600):
+  """`bertexp ARGS` in a new Python process; returns its output."""
+  done = subprocess.run([sys.executable, "-m", "bertexp.cli", *args], cwd=REPO,
+                        env=_environment(), text=True, timeout=timeout,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  assert done.returncode == 0, done.stdout[-4000:]
+  return done.stdout
+
+
 def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
                     timeout=400):
   """The same experiment as 2 MultiWorkerMirroredStrategy workers on
@@ -257,7 +272,7 @@ def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
                         'bertexp.make_strategy.kind="multi_worker_mirrored"'] +
                     list(extra), mode=mode)
   cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
-  env = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
+  env = _environment()
   workers = [subprocess.Popen(
       [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

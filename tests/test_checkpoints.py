@@ -52,9 +52,9 @@ def test_minilm_matches_outputs_hugging_face_computed(converted):
     outputs = encoder(inputs, training=False)
     np.testing.assert_allclose(
         outputs["sequence_output"].numpy()[0],
-        np.reshape(case["sequence_output"], [length, -1]), atol=1e-4)
+        np.reshape(case["sequence_output"], [length, -1]), atol=1e-5)
     np.testing.assert_allclose(outputs["pooled_output"].numpy()[0],
-                               case["pooled_output"], atol=1e-4)
+                               case["pooled_output"], atol=1e-5)
 
 
 def test_converted_folder_loads(converted):

@@ -21,7 +21,7 @@ def test_cpu_kinds_build():
   assert isinstance(strategy.make_strategy("one_device"),
                     tf.distribute.OneDeviceStrategy)
   assert strategy.make_strategy("default").num_replicas_in_sync == 1
-  with pytest.raises(ValueError, match="num_gpus must be >= 0"):
+  with pytest.raises(ValueError, match="num_gpus and cpu_replicas must be >= 0"):
     strategy.make_strategy("mirrored", num_gpus=-1)
 
 
@@ -42,3 +42,22 @@ def test_precision_policy():
       strategy.configure_numerics("fp8")
   finally:
     tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def test_cpu_replicas_are_logical_cpu_devices():
+  two = strategy.make_strategy("mirrored", cpu_replicas=2)
+  assert two.num_replicas_in_sync == 2
+  assert [d.split("/")[-1] for d in two.extended.worker_devices] == [
+      "device:CPU:0", "device:CPU:1"]
+  assert strategy.make_strategy("mirrored", cpu_replicas=2) is two
+  with pytest.raises(ValueError, match="bind num_gpus or cpu_replicas"):
+    strategy.make_strategy("mirrored", num_gpus=2, cpu_replicas=2)
+
+
+def test_a_second_replica_count_in_one_process_is_a_clear_error():
+  strategy.make_strategy("mirrored", cpu_replicas=2)
+  with pytest.raises(ValueError, match="start a new process"):
+    strategy.make_strategy("mirrored", cpu_replicas=4)
+  # More logical CPUs than TensorFlow started with (the test process has 8).
+  with pytest.raises(ValueError, match="already started with 8 CPU"):
+    strategy.split_cpu(9)

@@ -9,6 +9,7 @@ evaluation metrics and predictions. Every shipped TPU experiment runs as the
 TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA) with only data and
 model paths bound to the fixtures.
 """
+import concurrent.futures
 import glob
 import json
 import os
@@ -96,6 +97,39 @@ def _assert_equal_runs(model_dir, reference_dir):
   _assert_same_predictions(model_dir, reference_dir)
 
 
+TPU_EXPERIMENTS = sorted(
+    os.path.relpath(p, REPO)
+    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
+# Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
+TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
+    "experiments/demo/movie_score_regression_cpu.gin"]
+
+
+@pytest.fixture(scope="module")
+def tpu_check_runs(fixtures, tmp_path_factory):
+  """Starts every TPU-check cell at once, two processes at a time, while the
+  other cells run here: each is a new `bertexp train` process (the shipped
+  file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
+  before TensorFlow starts), with only data and model paths bound to the
+  fixtures, and two steps. Most of its minute is single-threaded graph
+  building, so two side by side take little longer than one."""
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+  runs = {}
+  for gin_file in TPU_CHECK_CELLS:
+    spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
+    model_dir = str(tmp_path_factory.mktemp("tpu_check"))
+    params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
+    runs[gin_file] = (params, pool.submit(mf.run_cli, mf.train_args(
+        [gin_file, "runtime/tpu_check.gin"], params)))
+  yield runs
+  pool.shutdown(wait=True)
+
+
+def test_every_tpu_experiment_is_in_the_matrix(fixtures, tpu_check_runs):
+  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
+  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_two_cpu_replicas_equal_one_replica(task, fixtures, one_replica,
                                             tmp_path):
@@ -118,61 +152,17 @@ def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
   assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))
 
 
-TPU_EXPERIMENTS = sorted(
-    os.path.relpath(p, REPO)
-    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
-
-
-# Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
-TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
-    "experiments/demo/movie_score_regression_cpu.gin"]
-
-
-def test_every_tpu_experiment_is_in_the_matrix(fixtures):
-  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
-  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered
-
-
-@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
-def test_tpu_experiment_runs_as_the_tpu_check(gin_file, fixtures, tmp_path):
-  """The shipped file itself + runtime/tpu_check.gin: 8 CPU replicas, XLA,
-  bfloat16; paths bound to the fixtures, two steps; eval covers every
-  example once. (Predict on many replicas: the 2-replica cells.)"""
-  spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
-  model_dir = str(tmp_path / "run")
-  params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
-  # A fresh process, as a user runs it: cpu_replicas splits the CPU into 8
-  # before TensorFlow starts (this test process already runs 2 replicas).
-  mf.run_cli(mf.train_args([gin_file, "runtime/tpu_check.gin"], params))
-  summary = mf.summary(model_dir)
-  assert summary["steps_this_run"] == 2
-  config = open(os.path.join(model_dir, "config.gin")).read()
-  assert "cpu_replicas = %CPU_REPLICAS" in config and "jit_compile = True" in config
-  metrics = summary["eval_metrics"]
-  assert metrics and all(np.isfinite(v) for v in metrics.values())
-  meta = json.load(open(params["INPUT_META_DATA_PATH"]))
-  if "mlm_accuracy" in metrics:
-    assert metrics["num_examples"] == sum(
-        1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
-  elif "total" in metrics:                     # SQuAD v2.0 counts questions
-    assert metrics["total"] == len(mf.question_ids(params["PREDICT_FILE"]))
-  elif "f1" not in metrics:
-    assert metrics["num_examples"] == meta["split_sizes"]["eval"]
-
-
-@pytest.mark.parametrize("replicas", ["default", "mirrored_2"])
-def test_lamb_fine_tuning_equal_on_one_and_two_replicas(replicas, fixtures,
-                                                          tmp_path):
+def test_lamb_fine_tuning_equal_on_one_and_two_replicas(fixtures, tmp_path):
   """LAMB on a fine-tuning task (sparse word-embedding gradient): runs
   through the CLI and gives the same weights on 1 and 2 replicas."""
   lamb = FLOAT32 + ['bertexp.create_optimizer.kind="lamb"',
                     "LEARNING_RATE=1e-3"]
   runs = {}
-  for name in ("default", replicas):
+  for name in ("default", "mirrored_2"):
     runs[name] = str(tmp_path / name)
     mf.run_in_process(fixtures["classification"], runs[name],
                       mf.STRATEGIES[name], lamb)
-  weights = mf.model_weights(runs[replicas])
+  weights = mf.model_weights(runs["mirrored_2"])
   initial = tf.train.load_variable(
       fixtures["classification"]["params"]["INIT_CHECKPOINT"],
       "encoder/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
@@ -181,21 +171,21 @@ def test_lamb_fine_tuning_equal_on_one_and_two_replicas(replicas, fixtures,
   _assert_same_weights(weights, mf.model_weights(runs["default"]))
 
 
-@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_on_two_replicas(precision, fixtures, tmp_path):
-  for task in ("classification", "squad_v1.1"):
-    model_dir = str(tmp_path / task)
-    mf.run_in_process(fixtures[task], model_dir, mf.STRATEGIES["mirrored_2"],
-                      [f'bertexp.configure_numerics.precision="{precision}"'])
-    summary = mf.summary(model_dir)
-    assert np.isfinite(summary["train_loss"]) and summary["eval_metrics"]
-    weights = mf.model_weights(model_dir)
-    assert all(np.isfinite(w).all() for w in weights.values())
-    if precision == "mixed_float16":
-      scale = tf.train.load_variable(
-          tf.train.latest_checkpoint(model_dir),
-          "optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/VARIABLE_VALUE")
-      assert scale > 1
+@pytest.mark.parametrize("precision,task", [("mixed_float16", "squad_v1.1"),
+                                            ("mixed_bfloat16", "classification")])
+def test_mixed_precision_on_two_replicas(precision, task, fixtures, tmp_path):
+  model_dir = str(tmp_path / task)
+  mf.run_in_process(fixtures[task], model_dir, mf.STRATEGIES["mirrored_2"],
+                    [f'bertexp.configure_numerics.precision="{precision}"'])
+  summary = mf.summary(model_dir)
+  assert np.isfinite(summary["train_loss"]) and summary["eval_metrics"]
+  weights = mf.model_weights(model_dir)
+  assert all(np.isfinite(w).all() for w in weights.values())
+  if precision == "mixed_float16":
+    scale = tf.train.load_variable(
+        tf.train.latest_checkpoint(model_dir),
+        "optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/VARIABLE_VALUE")
+    assert scale > 1
 
 
 def test_phase_two_continues_heads_and_optimizer_of_phase_one(
@@ -238,3 +228,31 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
     assert beta is not None, name
     betas.add(beta)
   assert betas == {0.9, 0.999}
+
+
+@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
+def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
+  """8 CPU replicas, XLA, bfloat16, two steps; evaluation covers every
+  example exactly once. (Predict on several replicas: the 2-replica cells.)"""
+  params, run = tpu_check_runs[gin_file]
+  run.result()
+  model_dir = params["MODEL_DIR"]
+  summary = mf.summary(model_dir)
+  assert summary["steps_this_run"] == 2
+  config = open(os.path.join(model_dir, "config.gin")).read()
+  assert "cpu_replicas = %CPU_REPLICAS" in config and "jit_compile = True" in config
+  metrics = summary["eval_metrics"]
+  assert metrics and all(np.isfinite(v) for v in metrics.values())
+  meta = json.load(open(params["INPUT_META_DATA_PATH"]))
+  if "mlm_accuracy" in metrics:
+    assert metrics["num_examples"] == sum(
+        1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
+  elif "total" in metrics:                     # SQuAD v2.0 counts questions
+    assert metrics["total"] == len(mf.question_ids(params["PREDICT_FILE"]))
+  elif "f1" not in metrics:
+    assert metrics["num_examples"] == meta["split_sizes"]["eval"]
+  if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
+    assert metrics["mismatched/num_examples"] == meta["split_sizes"][
+        "eval_mismatched"]
+
+

@@ -111,16 +111,21 @@ def tpu_check_runs(fixtures, tmp_path_factory):
   other cells run here: each is a new `bertexp train` process (the shipped
   file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
   before TensorFlow starts), with only data and model paths bound to the
-  fixtures, and two steps. Most of its minute is single-threaded graph
-  building, so two side by side take little longer than one."""
+  fixtures, and two steps; then predict in another such process. Most of
+  a run's minute is single-threaded graph building, so two side by side
+  take little longer than one."""
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
   runs = {}
   for gin_file in TPU_CHECK_CELLS:
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
     model_dir = str(tmp_path_factory.mktemp("tpu_check"))
     params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
-    runs[gin_file] = (params, pool.submit(mf.run_cli, mf.train_args(
-        [gin_file, "runtime/tpu_check.gin"], params)))
+    commands = [mf.train_args([gin_file, "runtime/tpu_check.gin"], params)]
+    if "TEST_DATA_PATH" in params or "PREDICT_FILE" in params:
+      commands.append(mf.train_args([gin_file, "runtime/tpu_check.gin"],
+                                    params, mode="predict"))
+    runs[gin_file] = (params, pool.submit(
+        lambda commands: [mf.run_cli(c) for c in commands], commands))
   yield runs
   pool.shutdown(wait=True)
 
@@ -233,7 +238,7 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
 @pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
 def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   """8 CPU replicas, XLA, bfloat16, two steps; evaluation covers every
-  example exactly once. (Predict on several replicas: the 2-replica cells.)"""
+  example exactly once; predictions cover every test example."""
   params, run = tpu_check_runs[gin_file]
   run.result()
   model_dir = params["MODEL_DIR"]
@@ -254,5 +259,9 @@ def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
     assert metrics["mismatched/num_examples"] == meta["split_sizes"][
         "eval_mismatched"]
-
-
+  if "TEST_DATA_PATH" in params:
+    rows = open(os.path.join(model_dir, "test_results.tsv")).read().splitlines()
+    assert len(rows) == meta["split_sizes"]["test"]
+  if "PREDICT_FILE" in params:
+    predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
+    assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))

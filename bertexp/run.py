@@ -123,7 +123,10 @@ def initialise_from_checkpoint(model, optimizer, init_checkpoint,
   Returns what was restored, for the log.
   """
   prefix = modeling.resolve_checkpoint(init_checkpoint)
-  names = [name for name, _ in tf.train.list_variables(prefix)]
+  # A reader on the prefix itself: tf.train.list_variables takes a prefix on
+  # ram:// (where a prefix of files reads as a folder) for a directory.
+  names = list(tf.compat.v1.train.NewCheckpointReader(prefix)
+               .get_variable_to_shape_map())
   if not any(name.startswith("model/") for name in names):
     if with_optimizer:
       raise ValueError(f"INIT_CHECKPOINT {prefix} holds an encoder only: "

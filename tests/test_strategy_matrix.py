@@ -103,6 +103,11 @@ TPU_EXPERIMENTS = sorted(
 # Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
 TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
     "experiments/demo/movie_score_regression_cpu.gin"]
+# Predict on 8 replicas (a fresh process costs a minute here): the
+# classification path with three test splits and the QA path with v2.0's
+# null answers. The 2-replica and 2-worker cells predict for every task.
+PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
+                        "experiments/squad/squad_v2_tpu.gin")
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +116,7 @@ def tpu_check_runs(fixtures, tmp_path_factory):
   other cells run here: each is a new `bertexp train` process (the shipped
   file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
   before TensorFlow starts), with only data and model paths bound to the
-  fixtures, and two steps; then predict in another such process. Most of
+  fixtures, and two steps; some then predict in another such process. Most of
   a run's minute is single-threaded graph building, so two side by side
   take little longer than one."""
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -121,7 +126,7 @@ def tpu_check_runs(fixtures, tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("tpu_check"))
     params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
     commands = [mf.train_args([gin_file, "runtime/tpu_check.gin"], params)]
-    if "TEST_DATA_PATH" in params or "PREDICT_FILE" in params:
+    if gin_file in PREDICT_ON_TPU_CHECK:
       commands.append(mf.train_args([gin_file, "runtime/tpu_check.gin"],
                                     params, mode="predict"))
     runs[gin_file] = (params, pool.submit(
@@ -238,7 +243,7 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
 @pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
 def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   """8 CPU replicas, XLA, bfloat16, two steps; evaluation covers every
-  example exactly once; predictions cover every test example."""
+  example exactly once; predictions (where made) cover every test example."""
   params, run = tpu_check_runs[gin_file]
   run.result()
   model_dir = params["MODEL_DIR"]
@@ -259,9 +264,13 @@ def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
     assert metrics["mismatched/num_examples"] == meta["split_sizes"][
         "eval_mismatched"]
+  if gin_file not in PREDICT_ON_TPU_CHECK:
+    return
   if "TEST_DATA_PATH" in params:
-    rows = open(os.path.join(model_dir, "test_results.tsv")).read().splitlines()
-    assert len(rows) == meta["split_sizes"]["test"]
+    for split in ("test", "test_mismatched"):
+      name = "test_results.tsv" if split == "test" else f"test_results_{split}.tsv"
+      rows = open(os.path.join(model_dir, name)).read().splitlines()
+      assert len(rows) == meta["split_sizes"][split]
   if "PREDICT_FILE" in params:
     predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
     assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))

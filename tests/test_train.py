@@ -2,7 +2,6 @@
 a shipped GLUE experiment with only bindings changed, and a ram:// run."""
 import json
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -18,9 +17,7 @@ from conftest import REPO, TINY_CONFIG, write_sst2_folder
 def _setup(root, tiny_vocab, tiny_config):
   """SST-2-format data + an initial encoder checkpoint under `root`."""
   gfile = tf.io.gfile
-  # Per process: test files run in parallel processes (pytest -n 2).
-  local = write_sst2_folder(os.path.join(tempfile.gettempdir(),
-                                         f"bertexp_sst2_src_{os.getpid()}"))
+  local = write_sst2_folder(os.path.join("/tmp", "bertexp_sst2_src"))
   glue_dir = f"{root}/SST-2"
   gfile.makedirs(glue_dir)
   for name in os.listdir(local):

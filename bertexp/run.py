@@ -248,9 +248,11 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
       gathered = evaluator.gather(split)
       written[split] = task.write_predictions(gathered, output_dir, split)
     return written
-  return _train(mode, model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
-                strategy=strategy, init_checkpoint=init_checkpoint,
-                init_optimizer_state=init_optimizer_state, precision=precision, trainer_kwargs=trainer_kwargs,
+  return _train(mode, model_dir=worker_model_dir(strategy, model_dir),
+                task=task, model=model, strategy=strategy,
+                init_checkpoint=init_checkpoint,
+                init_optimizer_state=init_optimizer_state, precision=precision,
+                trainer_kwargs=trainer_kwargs,
                 schedule=schedule,
                 steps_per_loop=steps_per_loop,
                 checkpoint_interval_steps=checkpoint_interval_steps,
@@ -301,7 +303,8 @@ class BestCheckpoint:
 
 
 def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
-           init_optimizer_state, precision, trainer_kwargs, schedule, steps_per_loop,
+           init_optimizer_state, precision, trainer_kwargs, schedule,
+           steps_per_loop,
            checkpoint_interval_steps, max_checkpoints, eval_steps,
            best_metric, best_mode, eval_before_training, provenance):
   start_time = time.time()

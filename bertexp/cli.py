@@ -11,6 +11,7 @@ import sys
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 
+from bertexp import stop_signals
 from bertexp.gin_setup import parse_gin
 
 
@@ -300,6 +301,9 @@ def main(argv=None):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     args.func(args)
+  except stop_signals.RunStopped as e:
+    print(f"bertexp: stopped: {e}", file=sys.stderr, flush=True)
+    return stop_signals.EXIT_STATUS
   except (ValueError, FileNotFoundError, SyntaxError) as e:
     # SyntaxError: a malformed .gin file or --gin_param (gin names the spot).
     print(f"bertexp: error: {e}", file=sys.stderr)

@@ -16,8 +16,12 @@ from bertexp import modeling
 from bertexp import optimization
 from bertexp import provenance as provenance_lib
 from bertexp import orbit_import
+from bertexp import safe_checkpoints
+from bertexp import stop_signals
 from bertexp import strategy as strategy_lib
 from bertexp import trainer as trainer_lib
+from bertexp.data import order as order_lib
+from bertexp.data import pipeline
 
 orbit = orbit_import.orbit
 MODES = ("train_and_eval", "train", "eval", "predict", "export",
@@ -96,10 +100,15 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
 
 def _restore_model(model, model_dir, checkpoint_path):
   """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
-  path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+  path = checkpoint_path or safe_checkpoints.latest_intact_checkpoint(
+      model_dir)
   best_info = fileio.join(path, "best_checkpoint.json") if path else None
   if best_info and tf.io.gfile.exists(best_info):
     path = fileio.read_json(best_info)["checkpoint"]
+  if path and checkpoint_path and tf.io.gfile.exists(path + ".index"):
+    damage = safe_checkpoints.problem(path)
+    if damage:
+      raise safe_checkpoints.CheckpointError(f"damaged checkpoint: {damage}")
   if not path:
     raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
                             "or export (train first or bind "
@@ -161,7 +170,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                eval_before_training=False,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1,
-               init_optimizer_state=False):
+               init_optimizer_state=False, loss_upper_bound=None,
+               max_consecutive_bad_steps=25, recovery_max_trials=3):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -176,6 +186,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   fresh training run without either is an error. INIT_CHECKPOINT may also be
   a bertexp training checkpoint: see `initialise_from_checkpoint` (with
   init_optimizer_state, its optimizer moments too).
+  Divergence guard: a step whose loss or gradient norm is not finite (or
+  whose loss is above loss_upper_bound) is skipped and counted; after
+  max_consecutive_bad_steps in a row the run rolls back to an intact
+  checkpoint and continues past that data, at most recovery_max_trials times.
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -259,6 +273,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 max_checkpoints=max_checkpoints, eval_steps=eval_steps,
                 best_metric=best_metric, best_mode=best_mode,
                 eval_before_training=eval_before_training,
+                guard=dict(loss_upper_bound=loss_upper_bound,
+                           max_consecutive_bad_steps=max_consecutive_bad_steps,
+                           recovery_max_trials=recovery_max_trials),
                 provenance=provenance_lib.record(
                     task, init_checkpoint=init_checkpoint, seed=seed,
                     deterministic=deterministic, cpu_threads=cpu_threads))
@@ -302,13 +319,7 @@ class BestCheckpoint:
     return True
 
 
-def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
-           init_optimizer_state, precision, trainer_kwargs, schedule,
-           steps_per_loop,
-           checkpoint_interval_steps, max_checkpoints, eval_steps,
-           best_metric, best_mode, eval_before_training, provenance):
-  start_time = time.time()
-  logging.info("schedule: %s", schedule)
+def _build_optimizer(model, strategy, precision, schedule):
   with strategy.scope():
     optimizer = optimization.create_optimizer(schedule.total_steps,
                                               schedule.warmup_steps)
@@ -316,14 +327,16 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     # Slots must exist before a restore, or their saved values are skipped.
     optimizer.build(model.trainable_variables)
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-  manager = tf.train.CheckpointManager(
-      checkpoint, model_dir, max_to_keep=max_checkpoints,
-      step_counter=optimizer.iterations,
-      checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
-  if manager.latest_checkpoint:
-    logging.info("resuming from %s (weights, optimizer and step); "
-                 "INIT_CHECKPOINT is not used", manager.latest_checkpoint)
+  return optimizer
+
+
+def _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
+                   init_optimizer_state):
+  """Logs where the weights come from; applies INIT_CHECKPOINT on a fresh run
+  (a resumed run is restored by the orbit Controller)."""
+  if resume_from:
+    logging.info("resuming from %s (weights, optimizer, step and data "
+                 "position); INIT_CHECKPOINT is not used", resume_from)
   elif init_checkpoint:
     logging.info("initialised %s (INIT_CHECKPOINT)", initialise_from_checkpoint(
         model, optimizer, init_checkpoint, init_optimizer_state))
@@ -333,13 +346,91 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   else:
     logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
                     "from random initialisation", model_dir)
-  train_dataset = strategy.distribute_datasets_from_function(
-      lambda ctx: task.build_inputs(
-          "train", ctx,
-          ctx.get_per_replica_batch_size(trainer_kwargs["global_batch_size"])))
-  trainer = trainer_lib.Trainer(optimizer=optimizer,
-                                total_steps=schedule.total_steps,
-                                train_dataset=train_dataset, **trainer_kwargs)
+
+
+def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size):
+  """The training input, built once the checkpoint is restored: it starts at
+  the checkpoint's data position, in the order of its data seed."""
+  def build():
+    if int(state.data_seed.numpy()) < 0:
+      state.data_seed.assign(order_lib.resolve_seed(getattr(task, "seed",
+                                                            None)))
+    train_order = pipeline.TrainOrder(
+        seed=int(state.data_seed.numpy()),
+        start=int(state.examples_seen.numpy()),
+        counts_cache=fileio.join(model_dir, "train_record_counts.json"))
+    logging.info("training data: seed %d, starting after %d examples",
+                 train_order.seed, train_order.start)
+    return strategy.distribute_datasets_from_function(
+        lambda ctx: task.build_inputs(
+            "train", ctx, ctx.get_per_replica_batch_size(global_batch_size),
+            train_order=train_order))
+  return build
+
+
+def _roll_back(model, optimizer, state, model_dir, trial, error):
+  """After `error` (trainer_lib.Diverged): the model and optimizer of an
+  intact checkpoint (the newest on the first trial, one older on each
+  further trial); the data position is kept, so training continues past the
+  batches that failed."""
+  candidates = safe_checkpoints.numbered_checkpoints(model_dir)[trial - 1:]
+  path = (safe_checkpoints.latest_intact_checkpoint(
+      model_dir, intact_only_from=candidates) if candidates else None)
+  if path is None:
+    raise ValueError(f"training diverged ({error}) and {model_dir} has no "
+                     "checkpoint to roll back to: lower LEARNING_RATE or check "
+                     "the data") from error
+  tf.train.Checkpoint(model=model, optimizer=optimizer).read(
+      path).expect_partial()
+  state.consecutive_bad_steps.assign(0)
+  logging.error("%s: rolled back to %s (trial %d); data continues after "
+                "example %d", error, path, trial,
+                int(state.examples_seen.numpy()))
+
+
+def _run_loops(run_loops, *, model, optimizer, state, model_dir,
+               recovery_max_trials):
+  """run_loops() until it finishes, rolling back after each divergence, at
+  most recovery_max_trials times."""
+  for trial in range(recovery_max_trials + 1):
+    try:
+      return run_loops()
+    except trainer_lib.Diverged as error:
+      if trial == recovery_max_trials:
+        raise ValueError(
+            f"training diverged again after {recovery_max_trials} roll-backs "
+            f"({error}): lower LEARNING_RATE, raise loss_upper_bound or check "
+            "the data (the skipped steps' records are in the log)") from error
+      _roll_back(model, optimizer, state, model_dir, trial + 1, error)
+  return None
+
+
+def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
+           init_optimizer_state, precision, trainer_kwargs, schedule,
+           steps_per_loop, checkpoint_interval_steps, max_checkpoints,
+           eval_steps, best_metric, best_mode, eval_before_training,
+           provenance, guard):
+  start_time = time.time()
+  logging.info("schedule: %s", schedule)
+  optimizer = _build_optimizer(model, strategy, precision, schedule)
+  state = trainer_lib.TrainingState()
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   input=state)
+  resume_from = safe_checkpoints.prepare_model_dir(model_dir)
+  manager = safe_checkpoints.VerifiedCheckpointManager(
+      checkpoint, model_dir, max_to_keep=max_checkpoints,
+      checked_variables=model.variables + list(optimizer.variables),
+      step_counter=optimizer.iterations,
+      checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
+  _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
+                 init_optimizer_state)
+  trainer = trainer_lib.Trainer(
+      optimizer=optimizer, total_steps=schedule.total_steps, state=state,
+      train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
+                                      trainer_kwargs["global_batch_size"]),
+      loss_upper_bound=guard["loss_upper_bound"],
+      max_consecutive_bad_steps=guard["max_consecutive_bad_steps"],
+      **trainer_kwargs)
   last = {"train": {}, "eval": {}}
   operative_written = []
 
@@ -368,17 +459,32 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       eval_actions=[on_eval] if mode == "train_and_eval" else None)
   resumed_step = int(optimizer.iterations.numpy())
   initial_eval = {}
-  if eval_before_training and mode == "train_and_eval" and resumed_step == 0:
-    # The starting point, e.g. MLM accuracy of a randomly initialised model.
-    initial_eval = {k: float(v) for k, v in trainer.evaluate(eval_steps).items()}
-    logging.info("before training: %s", initial_eval)
-  train_start = time.time()
-  if mode == "train_and_eval":
-    controller.train_and_evaluate(
-        train_steps=schedule.total_steps, eval_steps=eval_steps,
-        eval_interval=schedule.steps_per_epoch)
-  else:
-    controller.train(steps=schedule.total_steps)
+  with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
+    try:
+      if eval_before_training and mode == "train_and_eval" and (
+          resumed_step == 0):
+        # The starting point, e.g. MLM accuracy of a randomly initialised model.
+        initial_eval = {k: float(v) for k, v in
+                        trainer.evaluate(eval_steps).items()}
+        logging.info("before training: %s", initial_eval)
+      train_start = time.time()
+      if mode == "train_and_eval":
+        run_loops = lambda: controller.train_and_evaluate(
+            train_steps=schedule.total_steps, eval_steps=eval_steps,
+            eval_interval=schedule.steps_per_epoch)
+      else:
+        run_loops = lambda: controller.train(steps=schedule.total_steps)
+      _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
+                 model_dir=model_dir,
+                 recovery_max_trials=guard["recovery_max_trials"])
+    except trainer_lib.Preempted as stop:
+      path = manager.save(checkpoint_number=optimizer.iterations,
+                          check_interval=False) or manager.latest_checkpoint
+      name = signals.received.name if signals.received else "a stop request"
+      raise stop_signals.RunStopped(
+          f"{name} at step {int(optimizer.iterations.numpy())} ({stop}): "
+          f"checkpoint {path} written; run the same command again to resume"
+      ) from None
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
@@ -392,6 +498,8 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       "warmup_steps": schedule.warmup_steps,
       "steps_this_run": steps_run,
       "resumed_from_step": resumed_step,
+      "nonfinite_steps": int(state.nonfinite_steps.numpy()),
+      "examples_seen": int(state.examples_seen.numpy()),
       "global_batch_size": trainer_kwargs["global_batch_size"],
       "examples_per_second": (steps_run * trainer_kwargs["global_batch_size"]
                               / train_seconds if steps_run else 0.0),

@@ -7,10 +7,19 @@ One train step: the loss denominators summed over replicas; forward and
 backward under a tape (XLA-compiled with jit_compile: no collective inside);
 loss normalised over the global batch (bertexp.tasks.base.Task.loss_weights);
 loss scaling for float16; gradients summed across replicas, clipped by their
-global norm, applied (a float16 step whose gradients overflow is skipped). Evaluation gathers per-example outputs to the host and
-lets the task compute whole-set metrics (F1, MCC, Spearman...).
+global norm, applied. A step whose loss or gradient norm is not finite (or
+whose loss is above `loss_upper_bound`) changes no weight and no optimizer
+slot: it is counted in `TrainingState.nonfinite_steps` and logged with its
+step and record indices (float16 overflow skips, decided by the
+LossScaleOptimizer, are counted the same way). The training loop ends early,
+after the step in flight, when a stop is requested (`stop_requested`, set by
+a signal) or after `max_consecutive_bad_steps` bad steps in a row: `train`
+then raises `Preempted` or `Diverged` for the run to handle. Evaluation
+gathers per-example outputs to the host and lets the task compute whole-set
+metrics (F1, MCC, Spearman...).
 """
 import logging
+import sys
 import time
 
 import numpy as np
@@ -48,6 +57,47 @@ def _gather_replicas(value):
   return tf.cast(merged, value.dtype)
 
 
+class Preempted(Exception):
+  """A stop was requested (SIGTERM/SIGINT): training ended after a step."""
+
+
+class Diverged(Exception):
+  """max_consecutive_bad_steps steps in a row were skipped."""
+
+
+class TrainingState(tf.Module):
+  """What a resumed run needs besides the model and the optimizer; saved in
+  every checkpoint (as `input`): the data position and seed, and the count
+  of skipped steps."""
+
+  def __init__(self):
+    super().__init__(name="training_state")
+    int64 = lambda name, value=0: tf.Variable(value, dtype=tf.int64,
+                                              trainable=False, name=name)
+    self.examples_seen = int64("examples_seen")  # global data position
+    self.data_seed = int64("data_seed", -1)     # -1: not drawn yet
+    self.nonfinite_steps = int64("nonfinite_steps")
+    self.consecutive_bad_steps = int64("consecutive_bad_steps")
+
+
+def _apply_if(ok, apply, skip, grads):
+  """apply(grads) when `ok` (the same on every replica), else skip(), from
+  a replica context. Strategies that need a merge_call for the optimizer get
+  the condition in the cross-replica context, as Keras' LossScaleOptimizer
+  does (a replica-context cond cannot hold a merge_call)."""
+  skip_branch = lambda: (skip(), tf.constant(False))[1]
+  if tf.__internal__.distribute.strategy_supports_no_merge_call():
+    return tf.cond(ok, lambda: (apply(grads), tf.constant(True))[1],
+                   skip_branch)
+
+  def cross_replica(strategy, ok, grads):
+    ok = strategy.experimental_local_results(ok)[0]
+    return tf.cond(ok, lambda: (strategy.extended.call_for_each_replica(
+        apply, args=(grads,)), tf.constant(True))[1], skip_branch)
+  return tf.distribute.get_replica_context().merge_call(
+      cross_replica, args=(ok, grads))
+
+
 def _merge_repeated_rows(gradient):
   """IndexedSlices with repeated indices -> one row per index (summed)."""
   if not isinstance(gradient, tf.IndexedSlices):
@@ -69,12 +119,13 @@ def global_batch_loss(task, labels, outputs, totals):
       tf.maximum(totals[name], 1e-12) for name in sorted(numerators)])
 
 
-class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
+class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
   def __init__(self, *, task, model, optimizer, strategy, global_batch_size,
                eval_batch_size, total_steps, clip_norm=1.0, jit_compile=False,
-               train_dataset=None):
+               train_dataset=None, state=None, loss_upper_bound=None,
+               max_consecutive_bad_steps=25):
     self.task, self.model, self.optimizer = task, model, optimizer
     self.strategy = strategy
     self.global_batch_size = global_batch_size
@@ -92,11 +143,55 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     self._eval_datasets = {}
     self._eval_step_fn = None
     self._loop_start = None
-    if train_dataset is not None:
-      super().__init__(train_dataset, orbit.StandardTrainerOptions(
-          use_tf_while_loop=True))
+    self.train_dataset = train_dataset
+    self.state = state or TrainingState()
+    self.loss_upper_bound = loss_upper_bound
+    self.max_consecutive_bad_steps = max_consecutive_bad_steps
+    # Set from a signal-watching thread; read by the loop before each step.
+    self.stop_requested = tf.Variable(False, trainable=False)
+    self._train_iterator = None
+    self._train_loop_fn = None
 
   # -- training ------------------------------------------------------------
+  def train(self, num_steps):
+    """Up to `num_steps` train steps in one compiled loop (orbit's API);
+    raises Preempted / Diverged when the loop ended early for that reason."""
+    self.train_loop_begin()
+    if self._train_iterator is None:
+      # A callable builds the dataset now: after the checkpoint's restore,
+      # so it can start at the restored data position.
+      if callable(self.train_dataset):
+        self.train_dataset = self.train_dataset()
+      self._train_iterator = iter(self.train_dataset)
+    if self._train_loop_fn is None:
+      self._train_loop_fn = tf.function(self._train_loop)
+    self._train_loop_fn(self._train_iterator, num_steps)
+    if bool(self.stop_requested.numpy()):
+      raise Preempted(f"stop requested at step {int(self.global_step.numpy())}")
+    if self._diverged():
+      raise Diverged(
+          f"{int(self.state.consecutive_bad_steps.numpy())} consecutive steps "
+          f"skipped (non-finite loss or gradients) up to step "
+          f"{int(self.global_step.numpy())}")
+    return self.train_loop_end()
+
+  def _diverged(self):
+    return self.state.consecutive_bad_steps >= self.max_consecutive_bad_steps
+
+  def _stop_now(self):
+    """True on every worker when any worker was asked to stop."""
+    stop = tf.cast(self.stop_requested, tf.int32)
+    if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      stop = self.strategy.reduce(tf.distribute.ReduceOp.MAX, self.strategy.run(
+          lambda: tf.cast(self.stop_requested, tf.int32)), axis=None)
+    return (stop > 0) | self._diverged()
+
+  def _train_loop(self, iterator, num_steps):
+    for _ in tf.range(num_steps):
+      if self._stop_now():
+        break
+      self.train_step(iterator)
+
   def train_loop_begin(self):
     for metric in [self.train_loss, self.gradient_norm] + self.train_metrics:
       metric.reset_states()
@@ -127,13 +222,28 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     norm = tf.linalg.global_norm(grads)
     if self.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
-    # A LossScaleOptimizer skips the update (and lowers its scale) when any
-    # gradient is not finite; the clip keeps inf/nan norms non-finite.
-    self.optimizer.apply_gradients(zip(grads, variables),
-                                   skip_gradients_aggregation=True)
-    self.train_loss.update_state(loss * replicas)
-    self.gradient_norm.update_state(norm)
+    global_loss = (context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+                   if replicas > 1 else loss)
+    loss_ok = tf.math.is_finite(global_loss)
+    if self.loss_upper_bound is not None:
+      loss_ok &= global_loss <= self.loss_upper_bound
+    finite_grads = tf.math.is_finite(norm)
+    # A LossScaleOptimizer must see overflowed gradients (it skips the update
+    # and lowers its scale); the clip keeps inf/nan norms non-finite.
+    scaling = isinstance(self.optimizer,
+                         tf_keras.mixed_precision.LossScaleOptimizer)
+    _apply_if(
+        loss_ok & (finite_grads | scaling),
+        lambda grads: self.optimizer.apply_gradients(
+            zip(grads, variables), skip_gradients_aggregation=True),
+        lambda: self.optimizer.iterations.assign_add(1), grads)
+    good = loss_ok & finite_grads
+    self.train_loss.update_state(tf.where(good, global_loss, 0.0),
+                                 tf.cast(good, tf.float32))
+    self.gradient_norm.update_state(tf.where(good, norm, 0.0),
+                                    tf.cast(good, tf.float32))
     self.task.update_train_metrics(self.train_metrics, labels, outputs)
+    return tf.logical_not(good)
 
   def _gradients(self, features, labels, totals):
     """This replica's loss share and gradients, with no cross-replica op (so
@@ -155,7 +265,19 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
 
   def train_step(self, iterator):
     features, labels = next(iterator)
-    self.strategy.run(self._replica_step, args=(features, labels))
+    step = self.global_step.read_value()
+    bad = self.strategy.run(self._replica_step, args=(features, labels))
+    bad = self.strategy.experimental_local_results(bad)[0]
+    self.state.examples_seen.assign_add(self.global_batch_size)
+    self.state.nonfinite_steps.assign_add(tf.cast(bad, tf.int64))
+    self.state.consecutive_bad_steps.assign(tf.where(
+        bad, self.state.consecutive_bad_steps + 1, 0))
+    if bad:
+      records = tf.concat(self.strategy.experimental_local_results(
+          features.get("record_index", tf.constant([-1]))), 0)
+      tf.print("bertexp: skipped step", step + 1, "(non-finite or too large "
+               "loss or gradient norm); records", records, summarize=-1,
+               output_stream=sys.stderr)
 
   def train_loop_end(self):
     step = int(self.global_step.numpy())
@@ -165,6 +287,7 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     examples_per_second = steps * self.global_batch_size / elapsed
     logs = {"loss": self.train_loss.result(),
             "gradient_norm": self.gradient_norm.result(),
+            "nonfinite_steps": self.state.nonfinite_steps.read_value(),
             "learning_rate": self.current_learning_rate(),
             "examples_per_second": examples_per_second}
     for metric in self.train_metrics:
@@ -209,6 +332,8 @@ class Trainer(orbit.StandardTrainer, orbit.AbstractEvaluator):
     for i, (features, labels) in enumerate(self._eval_dataset(split)):
       if 0 <= num_steps <= i:
         break
+      if bool(self.stop_requested.numpy()):
+        raise Preempted(f"stop requested during evaluation of {split!r}")
       outputs = self._eval_step_fn(features, labels)
       for key, value in outputs.items():
         # After all_gather the first local replica holds the global batch.

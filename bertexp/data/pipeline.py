@@ -1,13 +1,18 @@
 """tf.data input pipelines over the prepared TFRecords.
 
-Training: shard per input pipeline, shuffle (seeded), repeat, batch with
-drop_remainder (static shapes for TPU). Evaluation: every real example once;
+Training: the records in the order of `bertexp.data.order` (a pure function of
+seed, epoch and position, so a resumed run continues where its checkpoint
+was taken), sharded per input pipeline, batched with drop_remainder (static
+shapes for TPU); features["record_index"] names each example's record. Evaluation: every real example once;
 the tail is padded with `example_weight` 0 rows to a whole number of batches,
 so TPUs keep static shapes and metrics still cover exactly the eval set.
 """
+import dataclasses
 import math
 
 import tensorflow as tf
+
+from bertexp.data import order as order_lib
 
 MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -46,8 +51,44 @@ def list_files(file_pattern):
   return files
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainOrder:
+  """Where the training stream starts: `start` examples of the global stream
+  already consumed, in the order drawn from `seed`. `counts_cache`: a JSON
+  file (in MODEL_DIR) keeping the files' record counts across restarts."""
+  seed: int = 0
+  start: int = 0
+  counts_cache: str = None
+
+
+def training_batches(file_pattern, decode, *, batch_size, input_context=None,
+                     train_order=None, shuffle_window=10000):
+  """(features, labels) batches of the training stream for this input
+  pipeline: `decode(serialized [B]) -> (features, labels)`, plus
+  features["record_index"] [B]. See `bertexp.data.order`."""
+  train_order = train_order or TrainOrder()
+  files = list_files(file_pattern)
+  counts = order_lib.count_records(files, train_order.counts_cache)
+  index_dtype = tf.int32 if sum(counts) < 2 ** 31 else tf.int64
+  dataset = order_lib.training_records(
+      files, counts, seed=train_order.seed, window=shuffle_window,
+      start=train_order.start)
+  if input_context and input_context.num_input_pipelines > 1:
+    dataset = dataset.shard(input_context.num_input_pipelines,
+                            input_context.input_pipeline_id)
+
+  def decode_batch(batch):
+    features, labels = decode(batch["record"])
+    features["record_index"] = tf.cast(batch["record_index"], index_dtype)
+    return features, labels
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  dataset = dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                        deterministic=True)
+  return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
-                 is_training, input_context=None, seed=None,
+                 is_training, input_context=None, train_order=None,
                  num_examples=None, shuffle_buffer=10000,
                  label_names=("label_ids",), id_name="example_id"):
   """Returns a dataset of (features, labels) batches of `batch_size`.
@@ -55,29 +96,22 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   batch_size is per replica when `input_context` is given (that is how
   `distribute_datasets_from_function` calls us), global otherwise.
   num_examples is required for evaluation (to size the padding).
-  shuffle_buffer 0 keeps the file order (e.g. to compare strategies).
-  Several label_names are stacked into labels [B, K] (SQuAD start/end).
+  Training: `train_order` (TrainOrder) says the seed and the start;
+  shuffle_buffer is the shuffle window (0 keeps the file order, e.g. to
+  compare strategies). Several label_names are stacked into labels [B, K]
+  (SQuAD start/end).
   """
   label_dtype = tf.float32 if label_type == "float" else tf.int64
   spec = _record_spec(seq_length, label_dtype, label_names, id_name)
-  files = list_files(file_pattern)
-  num_pipelines = input_context.num_input_pipelines if input_context else 1
-  pipeline_id = input_context.input_pipeline_id if input_context else 0
-  dataset = tf.data.TFRecordDataset(files, num_parallel_reads=(
-      tf.data.AUTOTUNE if is_training and len(files) > 1 else None))
-  if not is_training:
-    dataset = dataset.enumerate()            # (position, record)
-  if num_pipelines > 1:
-    dataset = dataset.shard(num_pipelines, pipeline_id)
   if is_training:
-    if shuffle_buffer:
-      dataset = dataset.shuffle(shuffle_buffer, seed=seed,
-                                reshuffle_each_iteration=True)
-    dataset = dataset.repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(_decode(spec, label_names),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return training_batches(
+        file_pattern, _decode(spec, label_names), batch_size=batch_size,
+        input_context=input_context, train_order=train_order,
+        shuffle_window=shuffle_buffer)
+  dataset = tf.data.TFRecordDataset(list_files(file_pattern)).enumerate()
+  if input_context and input_context.num_input_pipelines > 1:
+    dataset = dataset.shard(input_context.num_input_pipelines,
+                            input_context.input_pipeline_id)
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
   dataset = dataset.batch(batch_size).map(

@@ -10,6 +10,8 @@ from typing import Dict, List
 import tensorflow as tf
 import tf_keras
 
+from bertexp.data import pipeline
+
 
 class Task(abc.ABC):
 
@@ -18,9 +20,17 @@ class Task(abc.ABC):
     """The model, variables created (call inside strategy.scope())."""
 
   @abc.abstractmethod
-  def build_inputs(self, split: str, input_context=None,
-                   batch_size: int = 0) -> tf.data.Dataset:
-    """(features, labels) batches of `split`; features["example_weight"]."""
+  def build_inputs(self, split: str, input_context=None, batch_size: int = 0,
+                   train_order=None) -> tf.data.Dataset:
+    """(features, labels) batches of `split`; features["example_weight"].
+
+    Training reads in the order of `train_order`
+    (`bertexp.data.pipeline.TrainOrder`: seed and start position; default
+    the task's seed from the start) and adds features["record_index"]."""
+
+  def default_train_order(self, train_order):
+    """`train_order`, or the task's seed (0 when None) from the start."""
+    return train_order or pipeline.TrainOrder(seed=getattr(self, "seed", 0) or 0)
 
   @abc.abstractmethod
   def per_example_loss(self, labels, outputs) -> tf.Tensor:

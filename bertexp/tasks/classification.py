@@ -93,7 +93,8 @@ class ClassificationTask(base.Task):
       return sizes[split]
     return self.meta.get(f"{split}_data_size")
 
-  def build_inputs(self, split, input_context=None, batch_size=0):
+  def build_inputs(self, split, input_context=None, batch_size=0,
+                   train_order=None):
     path = self.split_path(split)
     if not path:
       raise ValueError(f"no data path bound for split {split!r} (bind "
@@ -106,7 +107,8 @@ class ClassificationTask(base.Task):
         path, seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        seed=self.seed, shuffle_buffer=self.shuffle_buffer_size,
+        train_order=self.default_train_order(train_order),
+        shuffle_buffer=self.shuffle_buffer_size,
         num_examples=None if split == "train" else self.split_size(split))
 
   def num_train_examples(self):

@@ -137,25 +137,26 @@ class PretrainingTask(base.Task):
               "next_sentence_labels": i32(r["next_sentence_labels"][:, 0])}
     return features, labels
 
-  def build_inputs(self, split, input_context=None, batch_size=0):
+  def build_inputs(self, split, input_context=None, batch_size=0,
+                   train_order=None):
     path = self.train_data_path if split == "train" else self.eval_data_path
     if not path:
       raise ValueError(f"pretraining {split} needs "
                        f"{'TRAIN' if split == 'train' else 'EVAL'}_DATA_PATH")
-    dataset = tf.data.TFRecordDataset(pipeline.list_files(path))
-    if split != "train":
-      # Every example once on any replica count: take, then shard, then pad.
-      dataset = dataset.take(self._eval_examples()).enumerate()
+    if split == "train":
+      # Files shuffled per epoch, then examples within a window
+      # (bertexp.data.order); shuffle_buffer_size 0 keeps the file order.
+      return pipeline.training_batches(
+          path, self._decode, batch_size=batch_size,
+          input_context=input_context,
+          train_order=self.default_train_order(train_order),
+          shuffle_window=self.shuffle_buffer_size)
+    # Every example once on any replica count: take, then shard, then pad.
+    dataset = tf.data.TFRecordDataset(pipeline.list_files(path)).take(
+        self._eval_examples()).enumerate()
     if input_context and input_context.num_input_pipelines > 1:
       dataset = dataset.shard(input_context.num_input_pipelines,
                               input_context.input_pipeline_id)
-    if split == "train":
-      if self.shuffle_buffer_size:   # 0 keeps the file order
-        dataset = dataset.shuffle(self.shuffle_buffer_size, seed=self.seed)
-      dataset = dataset.repeat()
-      return dataset.batch(batch_size, drop_remainder=True).map(
-          self._decode, num_parallel_calls=tf.data.AUTOTUNE,
-          deterministic=True).prefetch(tf.data.AUTOTUNE)
     dataset = dataset.batch(batch_size).map(
         pipeline.with_positions(self._decode)).unbatch()
     return pipeline.pad_and_batch_eval(

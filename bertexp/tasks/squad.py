@@ -96,7 +96,8 @@ class QuestionAnsweringTask(base.Task):
                    len(examples), len(features))
     return self._eval
 
-  def build_inputs(self, split, input_context=None, batch_size=0):
+  def build_inputs(self, split, input_context=None, batch_size=0,
+                   train_order=None):
     seq = self.meta["max_seq_length"]
     if split == "train":
       if not self.train_data_path:
@@ -104,7 +105,8 @@ class QuestionAnsweringTask(base.Task):
       return pipeline.make_dataset(
           self.train_data_path, seq_length=seq, label_type="int",
           batch_size=batch_size, is_training=True, input_context=input_context,
-          seed=self.seed, shuffle_buffer=self.shuffle_buffer_size,
+          train_order=self.default_train_order(train_order),
+          shuffle_buffer=self.shuffle_buffer_size,
           label_names=("start_positions", "end_positions"),
           id_name="unique_id")
     _, features, _ = self._eval_data()

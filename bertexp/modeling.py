@@ -6,6 +6,7 @@ D = H / N head size, I intermediate size, L number of labels.
 import dataclasses
 import json
 import math
+import random
 
 import tensorflow as tf
 import tf_keras
@@ -114,6 +115,33 @@ def _layer_norm(config, name):
       axis=-1, epsilon=config.layer_norm_eps, dtype="float32", name=name)
 
 
+class Dropout(tf_keras.layers.Layer):
+  """Dropout whose masks come from a tf.random.Generator owned by the layer.
+
+  The generator's state is a variable, saved in every training checkpoint,
+  so a resumed run draws exactly the masks an uninterrupted run would (TF's
+  stateful dropout ops restart their sequence in a new process). Seeded from
+  Python's `random` (bertexp seeds it from SEED); under a distribution
+  strategy each replica draws its own masks.
+  """
+
+  def __init__(self, rate, **kwargs):
+    super().__init__(**kwargs)
+    self.rate = float(rate)
+    self.generator = None
+
+  def build(self, input_shape):
+    if self.rate > 0:
+      self.generator = tf.random.Generator.from_seed(random.getrandbits(62))
+    super().build(input_shape)
+
+  def call(self, x, training=None):
+    if not training or self.rate == 0:
+      return x
+    seed = self.generator.make_seeds(1)[:, 0]                      # [2]
+    return tf.nn.experimental.stateless_dropout(x, self.rate, seed=seed)
+
+
 class Embeddings(tf_keras.layers.Layer):
   """word + position + segment embeddings, LayerNorm, dropout."""
 
@@ -121,7 +149,7 @@ class Embeddings(tf_keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = config
     self.layer_norm = _layer_norm(config, "layer_norm")
-    self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+    self.dropout = Dropout(config.hidden_dropout_prob)
 
   def build(self, input_shape):
     c = self.config
@@ -172,9 +200,8 @@ class TransformerBlock(tf_keras.layers.Layer):
                               activation=get_activation(config.hidden_act))
     self.output_dense = dense(h, "output")
     self.output_layer_norm = _layer_norm(config, "output_layer_norm")
-    self.attention_dropout = tf_keras.layers.Dropout(
-        config.attention_probs_dropout_prob)
-    self.hidden_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+    self.attention_dropout = Dropout(config.attention_probs_dropout_prob)
+    self.hidden_dropout = Dropout(config.hidden_dropout_prob)
 
   def _split_heads(self, x):
     b, s = tf.shape(x)[0], tf.shape(x)[1]
@@ -267,7 +294,7 @@ class ClassifierModel(tf_keras.Model):
     super().__init__(**kwargs)
     self.encoder = encoder
     self.num_labels = num_labels
-    self.dropout = tf_keras.layers.Dropout(dropout_rate)
+    self.dropout = Dropout(dropout_rate)
     # Seeded: the same head in every process and every rerun of a seed.
     self.classifier = tf_keras.layers.Dense(
         num_labels, kernel_initializer=tf_keras.initializers.TruncatedNormal(

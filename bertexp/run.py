@@ -420,6 +420,7 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   manager = safe_checkpoints.VerifiedCheckpointManager(
       checkpoint, model_dir, max_to_keep=max_checkpoints,
       checked_variables=model.variables + list(optimizer.variables),
+      hold_periodic_saves=lambda: int(state.consecutive_bad_steps.numpy()) > 0,
       step_counter=optimizer.iterations,
       checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
   _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,

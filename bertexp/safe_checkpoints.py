@@ -172,11 +172,18 @@ class VerifiedCheckpointManager(tf.train.CheckpointManager):
   """tf.train.CheckpointManager that never writes a non-finite variable and
   writes a manifest after each checkpoint (see the module docstring)."""
 
-  def __init__(self, checkpoint, directory, *, checked_variables, **kwargs):
+  def __init__(self, checkpoint, directory, *, checked_variables,
+               hold_periodic_saves=lambda: False, **kwargs):
+    """hold_periodic_saves() True: interval saves are skipped (e.g. during
+    a run of skipped steps, which would push good checkpoints out of the
+    rotation); explicit saves (check_interval=False) still happen."""
     super().__init__(checkpoint, directory, **kwargs)
     self._checked_variables = list(checked_variables)
+    self._hold = hold_periodic_saves
 
   def save(self, checkpoint_number=None, check_interval=True, options=None):
+    if check_interval and self._hold():
+      return None
     bad = nonfinite_variables(self._checked_variables)
     if bad:
       logging.error("checkpoint NOT written: non-finite values in %s",

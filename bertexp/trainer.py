@@ -182,7 +182,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     """True on every worker when any worker was asked to stop."""
     stop = tf.cast(self.stop_requested, tf.int32)
     if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      stop = self.strategy.reduce(tf.distribute.ReduceOp.MAX, self.strategy.run(
+      stop = self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(
           lambda: tf.cast(self.stop_requested, tf.int32)), axis=None)
     return (stop > 0) | self._diverged()
 

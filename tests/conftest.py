@@ -82,6 +82,39 @@ def write_sst2_folder(folder, repeat=4):
   return folder
 
 
+def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
+  """SST-2-format data + an initial encoder checkpoint under `root`; returns
+  the macro bindings of a run on them."""
+  import tensorflow as tf
+  import bertexp
+  from bertexp import checkpoints
+  from bertexp.data import prepare
+  gfile = tf.io.gfile
+  local = write_sst2_folder(os.path.join("/tmp", "bertexp_sst2_src"))
+  glue_dir = f"{root}/SST-2"
+  gfile.makedirs(glue_dir)
+  for name in os.listdir(local):
+    gfile.copy(os.path.join(local, name), f"{glue_dir}/{name}", overwrite=True)
+  gfile.copy(tiny_vocab, f"{root}/vocab.txt", overwrite=True)
+  gfile.copy(tiny_config, f"{root}/bert_config.json", overwrite=True)
+  tf.random.set_seed(0)
+  encoder = bertexp.load_encoder(f"{root}/bert_config.json")
+  checkpoints.write_checkpoint_folder(encoder, f"{root}/vocab.txt",
+                                      f"{root}/init")
+  prepare.prepare_glue("SST-2", input_dir=glue_dir,
+                       vocab_file=f"{root}/vocab.txt",
+                       output_dir=f"{root}/data", max_seq_length=16)
+  return {
+      "BERT_CONFIG_FILE": f"{root}/bert_config.json",
+      "INIT_CHECKPOINT": f"{root}/init/bert_model.ckpt",
+      "TRAIN_DATA_PATH": f"{root}/data/sst2_train.tf_record",
+      "EVAL_DATA_PATH": f"{root}/data/sst2_eval.tf_record",
+      "TEST_DATA_PATH": f"{root}/data/sst2_test.tf_record",
+      "INPUT_META_DATA_PATH": f"{root}/data/sst2_meta_data",
+      "MODEL_DIR": f"{root}/model",
+  }
+
+
 def requires_minilm():
   if not os.path.exists(os.path.join(MINILM_HF, "model.safetensors")):
     pytest.fail(f"{MINILM_HF} is missing: `make test` fetches it "

@@ -8,7 +8,8 @@ from bertexp import cli
 from bertexp import encoders
 from bertexp import modeling
 from conftest import TINY_CONFIG
-from test_train import _params, _setup, _train
+from conftest import prepare_tiny_sst2_run
+from test_train import _params, _train
 
 
 def _saved_model_encoder(folder):
@@ -25,7 +26,7 @@ def _saved_model_encoder(folder):
 
 @pytest.fixture
 def hub_run(tmp_path, tiny_vocab, tiny_config):
-  paths = _setup(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
   paths["HUB_MODULE_URL"] = str(tmp_path / "hub")
   source = _saved_model_encoder(paths["HUB_MODULE_URL"])
   paths["INIT_CHECKPOINT"] = None        # the demo file sets one

@@ -13,7 +13,8 @@ import bertexp
 from bertexp import cli
 from bertexp.tasks import pretraining as pretraining_task
 from conftest import NEGATIVE, POSITIVE, REPO
-from test_train import _setup, _train
+from conftest import prepare_tiny_sst2_run
+from test_train import _train
 
 
 def _corpus(path, documents=40):
@@ -68,7 +69,7 @@ def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_con
                                  str(model_dir / "encoder"))
   np.testing.assert_array_equal(encoder.embeddings.word_embeddings.numpy(),
                                 reader.get_tensor(vh[0]))
-  paths = _setup(str(tmp_path / "fine"), tiny_vocab, tiny_config)
+  paths = prepare_tiny_sst2_run(str(tmp_path / "fine"), tiny_vocab, tiny_config)
   paths["INIT_CHECKPOINT"] = str(model_dir / "encoder" / "bert_model.ckpt")
   _train(paths, TRAIN_STEPS=2)
   fine = json.loads(open(os.path.join(paths["MODEL_DIR"], "training_summary.json")).read())

@@ -11,8 +11,7 @@ import tensorflow as tf
 from bertexp import cli
 from bertexp import grids
 from bertexp import sweep
-from conftest import REPO
-from test_train import _setup
+from conftest import REPO, prepare_tiny_sst2_run
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
 
@@ -66,7 +65,7 @@ def test_bad_grids_are_clear_errors(tmp_path, body, message):
 
 @pytest.fixture
 def sweep_setup(tmp_path, tiny_vocab, tiny_config):
-  paths = _setup(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
   grid = tmp_path / "grid.py"
   grid.write_text("from bertexp.grids import product\n"
                   "def grid():\n"

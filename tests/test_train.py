@@ -11,35 +11,7 @@ import bertexp
 from bertexp import checkpoints
 from bertexp import cli
 from bertexp.data import prepare
-from conftest import REPO, TINY_CONFIG, write_sst2_folder
-
-
-def _setup(root, tiny_vocab, tiny_config):
-  """SST-2-format data + an initial encoder checkpoint under `root`."""
-  gfile = tf.io.gfile
-  local = write_sst2_folder(os.path.join("/tmp", "bertexp_sst2_src"))
-  glue_dir = f"{root}/SST-2"
-  gfile.makedirs(glue_dir)
-  for name in os.listdir(local):
-    gfile.copy(os.path.join(local, name), f"{glue_dir}/{name}", overwrite=True)
-  gfile.copy(tiny_vocab, f"{root}/vocab.txt", overwrite=True)
-  gfile.copy(tiny_config, f"{root}/bert_config.json", overwrite=True)
-  tf.random.set_seed(0)
-  encoder = bertexp.load_encoder(f"{root}/bert_config.json")
-  checkpoints.write_checkpoint_folder(encoder, f"{root}/vocab.txt",
-                                      f"{root}/init")
-  prepare.prepare_glue("SST-2", input_dir=glue_dir,
-                       vocab_file=f"{root}/vocab.txt",
-                       output_dir=f"{root}/data", max_seq_length=16)
-  return {
-      "BERT_CONFIG_FILE": f"{root}/bert_config.json",
-      "INIT_CHECKPOINT": f"{root}/init/bert_model.ckpt",
-      "TRAIN_DATA_PATH": f"{root}/data/sst2_train.tf_record",
-      "EVAL_DATA_PATH": f"{root}/data/sst2_eval.tf_record",
-      "TEST_DATA_PATH": f"{root}/data/sst2_test.tf_record",
-      "INPUT_META_DATA_PATH": f"{root}/data/sst2_meta_data",
-      "MODEL_DIR": f"{root}/model",
-  }
+from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
 
 
 def _params(paths, **more):
@@ -63,7 +35,7 @@ def _read_json(path):
 
 @pytest.fixture
 def tiny_run(tmp_path, tiny_vocab, tiny_config):
-  return _setup(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+  return prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
 
 
 def test_train_eval_resume_predict_export(tiny_run, caplog):
@@ -189,7 +161,7 @@ def test_shipped_glue_experiment_runs_with_only_bindings_changed(tiny_run):
 def test_full_run_on_a_non_local_file_system(tiny_vocab, tiny_config):
   """Everything under ram://: no code path may assume the local disk."""
   root = "ram://bertexp_test"
-  paths = _setup(root, tiny_vocab, tiny_config)
+  paths = prepare_tiny_sst2_run(root, tiny_vocab, tiny_config)
   _train(paths, TRAIN_STEPS=2)
   _train(paths, mode="predict")
   _train(paths, mode="export")
@@ -252,7 +224,7 @@ def test_export_tflite_float_and_int8(tmp_path, tiny_vocab, capsys):
   config = tmp_path / "bert_config_h64.json"
   config.write_text(json.dumps(dict(TINY_CONFIG, hidden_size=64,
                                     intermediate_size=128)))
-  tiny_run = _setup(str(tmp_path / "exp"), tiny_vocab, str(config))
+  tiny_run = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, str(config))
   _train(tiny_run, TRAIN_STEPS=2)
   gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
   assert cli.main(["export-tflite", f"--gin_file={gin_file}"] +

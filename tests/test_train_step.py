@@ -12,7 +12,7 @@ from bertexp import strategy as strategy_lib
 from bertexp import trainer as trainer_lib
 from bertexp.tasks import classification
 from conftest import TINY_CONFIG
-from test_train import _setup
+from conftest import prepare_tiny_sst2_run
 
 BATCH = 8
 
@@ -22,7 +22,7 @@ def task(tmp_path, tiny_vocab):
   config = tmp_path / "dropout_free.json"
   config.write_text(json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
                                     attention_probs_dropout_prob=0.0)))
-  paths = _setup(str(tmp_path / "exp"), tiny_vocab, str(config))
+  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, str(config))
   return classification.ClassificationTask(
       bert_config_file=str(config), meta_data_path=paths["INPUT_META_DATA_PATH"],
       train_data_path=paths["TRAIN_DATA_PATH"], shuffle_buffer_size=0,

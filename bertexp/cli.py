@@ -304,6 +304,9 @@ def main(argv=None):
   except stop_signals.RunStopped as e:
     print(f"bertexp: stopped: {e}", file=sys.stderr, flush=True)
     return stop_signals.EXIT_STATUS
+  except stop_signals.WorkerLost as e:
+    print(f"bertexp: error: {e}", file=sys.stderr, flush=True)
+    return stop_signals.WORKER_LOST_STATUS
   except (ValueError, FileNotFoundError, SyntaxError) as e:
     # SyntaxError: a malformed .gin file or --gin_param (gin names the spot).
     print(f"bertexp: error: {e}", file=sys.stderr)

@@ -319,6 +319,11 @@ class BestCheckpoint:
     return True
 
 
+# What TensorFlow raises in a multi-worker run when a peer is gone or hangs.
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.AbortedError)
+
+
 def _build_optimizer(model, strategy, precision, schedule):
   with strategy.scope():
     optimizer = optimization.create_optimizer(schedule.total_steps,
@@ -478,6 +483,12 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
                  model_dir=model_dir,
                  recovery_max_trials=guard["recovery_max_trials"])
+    except _PEER_ERRORS as error:
+      if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise
+      resolver = strategy.cluster_resolver
+      raise stop_signals.worker_lost(
+          error, this_task=f"{resolver.task_type} {resolver.task_id}") from None
     except trainer_lib.Preempted as stop:
       path = manager.save(checkpoint_number=optimizer.iterations,
                           check_interval=False) or manager.latest_checkpoint

@@ -13,16 +13,40 @@ the loop reads it before each step. A second signal exits at once (status
 """
 import logging
 import os
+import re
 import signal
 import threading
 
 EXIT_STATUS = 42   # "preempted, checkpoint written: run the same command again"
+WORKER_LOST_STATUS = 3   # "a peer worker died or hung: restart every worker"
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class RunStopped(Exception):
   """Training stopped on a signal after writing a checkpoint; the job did
   not finish: `bertexp` exits with EXIT_STATUS."""
+
+
+class WorkerLost(Exception):
+  """A multi-worker run lost a peer (died, stopped, or a collective timed
+  out); `bertexp` exits with WORKER_LOST_STATUS."""
+
+
+_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def worker_lost(error, *, this_task):
+  """A WorkerLost naming the peer(s) the TensorFlow `error` names."""
+  named = sorted({f"{job} {task}" for job, task in _TASK.findall(str(error))}
+                 - {this_task})
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  reason = next((line for line in lines if "aborted" in line.lower() or
+                 "unhealthy" in line.lower() or "deadline" in line.lower()),
+                lines[0] if lines else type(error).__name__)
+  return WorkerLost(
+      f"lost contact with {', '.join(named) or 'a peer worker'} "
+      f"({type(error).__name__}: {reason[:300]}). Restart every worker with "
+      "the same command: the run resumes from its last checkpoint")
 
 
 class StopOnSignals:

@@ -20,7 +20,8 @@ _MIRRORED = {}
 
 @gin.configurable(module="bertexp")
 def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
-                  all_reduce="nccl", device=None):
+                  all_reduce="nccl", device=None,
+                  collective_timeout_seconds=None):
   """Builds a tf.distribute strategy.
 
   kind: one of KINDS. "tpu" needs `tpu` (a name or grpc:// address; "local"
@@ -31,6 +32,12 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
     be checked on any machine (same global batch, same collectives).
   all_reduce: "nccl", "hierarchical_copy" or "ring" (mirrored/multi-worker).
   device: for "one_device", e.g. "/gpu:0"; default the first GPU or the CPU.
+  collective_timeout_seconds: multi_worker_mirrored: a cross-worker
+    collective that does not complete in this time fails the run (a peer
+    that hangs without dying). A peer that dies or stops its process is
+    detected sooner by TensorFlow's heartbeats (about 10 s). None: no
+    limit; set it above the slowest step (and the start-up skew between
+    workers: the first collective waits for every worker).
   """
   if kind not in KINDS:
     raise ValueError(f"strategy kind {kind!r} is not one of {KINDS}")
@@ -70,7 +77,8 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
                    tf.distribute.experimental.CommunicationImplementation.AUTO)
   return tf.distribute.MultiWorkerMirroredStrategy(
       communication_options=tf.distribute.experimental.CommunicationOptions(
-          implementation=communication))
+          implementation=communication,
+          timeout_seconds=collective_timeout_seconds))
 
 
 def _mirrored(devices, all_reduce, num_gpus):

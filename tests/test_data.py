@@ -261,13 +261,22 @@ def test_csv_and_jsonl_and_derived_labels(tmp_path, tiny_vocab):
         output_dir=str(tmp_path / "out2"), max_seq_length=16)
 
 
-def test_training_pipeline_shards_and_repeats(tmp_path, tiny_vocab):
+def test_training_pipeline_shards_the_global_stream_and_repeats(tmp_path,
+                                                               tiny_vocab):
   _, out, _ = _prepare_sst2(tmp_path, tiny_vocab)
   path = os.path.join(out, "sst2_train.tf_record")
+  train_order = pipeline.TrainOrder(seed=1, start=8)
   ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
                                    num_replicas_in_sync=2)
   ds = pipeline.make_dataset(path, seq_length=16, label_type="int",
                              batch_size=8, is_training=True, input_context=ctx,
-                             seed=1)
+                             train_order=train_order)
   batches = list(ds.take(10))       # 32 examples per shard; repeats forever
   assert all(b[0]["input_word_ids"].shape == (8, 16) for b in batches)
+  # Pipeline 1 of 2 reads every other example of the one global stream.
+  whole = pipeline.make_dataset(path, seq_length=16, label_type="int",
+                                batch_size=160, is_training=True,
+                                train_order=train_order)
+  stream = next(iter(whole))[0]["record_index"].numpy()
+  mine = np.concatenate([b[0]["record_index"].numpy() for b in batches])
+  np.testing.assert_array_equal(mine, stream[1::2])

@@ -298,3 +298,37 @@ def test_rollback_continues_past_the_bad_batch_and_finishes(run, tmp_path,
   assert summary["nonfinite_steps"] == 1
   assert summary["examples_seen"] == (3 + 8 - back_to) * 8
   assert _weights_finite(model_dir)
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
+  from matrix_fixtures import _free_ports
+  model_dir = str(tmp_path / "model")
+  args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
+      '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"',
+      "--gin_param=bertexp.make_strategy.collective_timeout_seconds=30"]
+  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  logs = [open(tmp_path / f"worker{i}.log", "w+") for i in range(2)]
+  workers = [subprocess.Popen(
+      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
+      stdout=logs[i], stderr=subprocess.STDOUT, env=dict(ENV, TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
+             for i in range(2)]
+  try:
+    deadline = time.time() + 180
+    while "training data: seed" not in (tmp_path / "worker0.log").read_text():
+      assert workers[0].poll() is None and time.time() < deadline
+      time.sleep(0.2)
+    time.sleep(5)   # into the loop
+    workers[1].send_signal(getattr(signal, fault))
+    faulted = time.time()
+    workers[0].wait(timeout=90)
+    waited = time.time() - faulted
+  finally:
+    for worker in workers:
+      worker.kill()
+      worker.wait()
+  output = (tmp_path / "worker0.log").read_text()
+  assert workers[0].returncode == stop_signals.WORKER_LOST_STATUS, output[-3000:]
+  assert "lost contact with worker 1" in output, output[-3000:]
+  assert waited < 60, waited

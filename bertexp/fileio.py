@@ -18,17 +18,24 @@ def join(*parts):
 
 
 def read_text(path):
+  """The file's text (UTF-8); a clear error for bytes that are not UTF-8."""
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"{path}: file not found")
-  with tf.io.gfile.GFile(path, "r") as f:
-    return f.read()
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise ValueError(f"{path}:{line}: not UTF-8 text (byte {e.start}: "
+                     f"{e.reason})") from None
 
 
 def read_json(path):
   try:
     return json.loads(read_text(path))
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON ({e})") from e
+  except (json.JSONDecodeError, RecursionError) as e:
+    raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 def sha256(path, chunk_bytes=1 << 22):

@@ -4,6 +4,7 @@ and by sweeps (which parse each trial's bindings to plan it)."""
 import contextlib
 import logging
 import os
+import tokenize
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,11 +67,17 @@ def parse_gin(gin_files, gin_params):
   gin.clear_config()
   for path in gin_search_paths(gin_files):
     gin.add_config_file_search_path(path)
-  with _quiet_include_search():
-    gin.parse_config_files_and_bindings(gin_files, None, skip_unknown=False,
-                                        finalize_config=False)
-  _check_overrides_name_known_macros(gin_params)
-  # Finalizing runs gin's check that every %gin.REQUIRED macro was set.
-  gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
-                                      finalize_config=True)
+  try:
+    with _quiet_include_search():
+      gin.parse_config_files_and_bindings(gin_files, None, skip_unknown=False,
+                                          finalize_config=False)
+    _check_overrides_name_known_macros(gin_params)
+    # Finalizing runs gin's check that every %gin.REQUIRED macro was set.
+    gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
+                                        finalize_config=True)
+  except OSError as e:   # a gin file (or an include) that does not exist
+    raise FileNotFoundError(str(e).split(" Searched config paths")[0]) from None
+  except tokenize.TokenError as e:   # e.g. an unterminated string or bracket
+    raise SyntaxError(f"malformed gin file or --gin_param ({e.args[0]})") \
+        from None
   return gin.config_str()

@@ -48,6 +48,19 @@ class BertConfig:
   layer_norm_eps: float = 1e-12
 
   def __post_init__(self):
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if field.type in (int, "int") and (
+          not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{field.name} must be a positive integer, got "
+                         f"{value!r}")
+      if field.type in (float, "float") and (
+          not isinstance(value, (int, float)) or isinstance(value, bool) or
+          not 0 <= value < 1):
+        raise ValueError(f"{field.name} must be a number in [0, 1), got "
+                         f"{value!r}")
+    if not isinstance(self.hidden_act, str):
+      raise ValueError(f"hidden_act must be a name, got {self.hidden_act!r}")
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(
           f"hidden_size {self.hidden_size} is not a multiple of "
@@ -57,18 +70,20 @@ class BertConfig:
   @classmethod
   def from_dict(cls, values, source="config"):
     known = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(values, dict):
+      raise ValueError(f"{source}: expected a JSON object of BERT config "
+                       f"fields, found {type(values).__name__}")
     if "vocab_size" not in values:
       raise ValueError(f"{source}: missing required field 'vocab_size'")
     # Extra keys (HF's model_type, pad_token_id...) are not BERT config fields.
-    return cls(**{k: v for k, v in values.items() if k in known})
+    try:
+      return cls(**{k: v for k, v in values.items() if k in known})
+    except ValueError as e:
+      raise ValueError(f"{source}: {e}") from None
 
   @classmethod
   def from_json_file(cls, path):
-    try:
-      values = json.loads(fileio.read_text(path))
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON ({e})") from e
-    return cls.from_dict(values, source=path)
+    return cls.from_dict(fileio.read_json(path), source=path)
 
   def to_json_string(self):
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -156,21 +156,38 @@ def is_v2(dataset):
   return any(qa.get("is_impossible") for qa in _questions(dataset))
 
 
+def _objects(value, where):
+  if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+    raise ValueError(f"{where}: expected a list of JSON objects")
+  return value
+
+
+def _check_dataset(path, value):
+  """The structure the official script reads, or a clear error."""
+  if not isinstance(value, dict) or not isinstance(value.get("data"), list):
+    raise ValueError(f"{path}: not a SQuAD dataset (no top-level 'data' list)")
+  for a, article in enumerate(_objects(value["data"], f"{path}: data")):
+    where = f"{path}: data[{a}].paragraphs"
+    for p, paragraph in enumerate(_objects(article.get("paragraphs", []),
+                                           where)):
+      for q, qa in enumerate(_objects(paragraph.get("qas", []),
+                                      f"{where}[{p}].qas")):
+        at = f"{where}[{p}].qas[{q}]"
+        if not isinstance(qa.get("id"), str):
+          raise ValueError(f"{at}: needs an 'id' string")
+        answers = _objects(qa.get("answers"), f"{at}.answers")
+        if not all(isinstance(answer.get("text"), str) for answer in answers):
+          raise ValueError(f"{at}.answers: each needs a 'text' string")
+
+
 def load_json(path, what):
   from bertexp import fileio
   value = fileio.read_json(path)
   if what == "dataset":
-    if not isinstance(value, dict) or not isinstance(value.get("data"), list):
-      raise ValueError(f"{path}: not a SQuAD dataset (no top-level 'data' list)")
-    for a, article in enumerate(value["data"]):
-      for p, paragraph in enumerate(article.get("paragraphs", [])):
-        for q, qa in enumerate(paragraph.get("qas", [])):
-          for field in ("id", "answers"):
-            if field not in qa:
-              raise ValueError(f"{path}: data[{a}].paragraphs[{p}].qas[{q}] "
-                               f"has no {field!r}")
+    _check_dataset(path, value)
   elif not isinstance(value, dict) or not all(
-      isinstance(v, (str, float, int)) for v in value.values()):
+      isinstance(v, str if what == "predictions" else (float, int)) and
+      not isinstance(v, bool) for v in value.values()):
     raise ValueError(f"{path}: expected a JSON object of question id -> "
                      f"{'answer text' if what == 'predictions' else 'number'}")
   return value

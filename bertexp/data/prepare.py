@@ -30,6 +30,9 @@ def encode_labels(rows, label_names, regression):
       except ValueError:
         raise ValueError(f"{rows.path}:{rows.lines[i]}: regression label "
                          f"{raw!r} is not a number") from None
+      if not np.isfinite(values[i]):
+        raise ValueError(f"{rows.path}:{rows.lines[i]}: regression label "
+                         f"{raw!r} is not finite (or overflows float32)")
     return values
   index = {name: i for i, name in enumerate(label_names)}
   ids = np.zeros(len(rows), np.int64)

@@ -65,13 +65,25 @@ class Options:
 
 # -- reading -----------------------------------------------------------------
 
+def _numbered_lines(path, f):
+  """(number, line) of an open text file; a clear error at bytes that are
+  not UTF-8."""
+  number = 0
+  try:
+    for number, line in enumerate(f, 1):
+      yield number, line
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}:{number + 1}: not UTF-8 text ({e.reason})") \
+        from None
+
+
 def read_chunks(files, chunk_bytes):
   """Streams [documents] of about chunk_bytes; a document = list of lines.
   Yields (chunk, bytes read so far)."""
   chunk, document, size, done = [], [], 0, 0
   for path in files:
     with open(path, encoding="utf-8", errors="strict") as f:
-      for line_number, line in enumerate(f, 1):
+      for line_number, line in _numbered_lines(path, f):
         done += len(line.encode("utf-8")) if not line.isascii() else len(line)
         line = line.strip()
         if line:

@@ -125,8 +125,11 @@ def _table_rows(path, delimiter):
       yield number, line.split("\t")
     return
   reader = csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter)
-  for fields in reader:
-    yield reader.line_num, fields
+  try:
+    for fields in reader:
+      yield reader.line_num, fields
+  except csv.Error as e:
+    raise ValueError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
 
 
 def read_table(path, text_columns, label_column=None, id_column=None,
@@ -143,7 +146,10 @@ def read_table(path, text_columns, label_column=None, id_column=None,
   records = _table_rows(path, delimiter)
   wanted = list(text_columns) + ([label_column] if label_column else [])
   if positions is None:
-    _, header = next(records)
+    first = next(records, None)
+    if first is None:
+      raise ValueError(f"{path}: no header row")
+    _, header = first
     indices = _column_getter(path, header, wanted)
     id_index = header.index(id_column) if id_column in header else None
     width = len(header)
@@ -154,6 +160,10 @@ def read_table(path, text_columns, label_column=None, id_column=None,
   for number, fields in records:
     if width is None:
       width = len(fields)
+      if max(indices + [id_index or 0]) >= width:
+        raise ValueError(f"{path}:{number}: expected at least "
+                         f"{max(indices + [id_index or 0]) + 1} columns, "
+                         f"found {width}")
     if len(fields) != width and skip_malformed_rows:
       rows.skipped.append(number)
       continue
@@ -183,8 +193,11 @@ def read_jsonl(path, text_columns, label_column=None, id_column=None):
       continue
     try:
       record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}:{number}: not valid JSON ({e})") from e
+    except (json.JSONDecodeError, RecursionError) as e:
+      raise ValueError(f"{path}:{number}: not valid JSON ({e})") from None
+    if not isinstance(record, dict):
+      raise ValueError(f"{path}:{number}: expected a JSON object, found "
+                       f"{type(record).__name__}")
     wanted = list(text_columns) + ([label_column] if label_column else [])
     missing = [c for c in wanted if c not in record]
     if missing:

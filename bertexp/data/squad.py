@@ -60,42 +60,57 @@ def _where(path, a, p, q=None):
   return f"{path}: data[{a}].paragraphs[{p}]" + (f".qas[{q}]" if q is not None else "")
 
 
+def json_objects(value, where):
+  """`value` if it is a list of JSON objects, else a clear error."""
+  if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+    raise ValueError(f"{where}: expected a list of JSON objects")
+  return value
+
+
+def _paragraphs(path, dataset):
+  """Yields (a, p, paragraph) of a SQuAD dataset, checking its structure."""
+  if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+    raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
+  for a, article in enumerate(json_objects(dataset["data"], f"{path}: data")):
+    paragraphs = json_objects(article.get("paragraphs", []),
+                              f"{path}: data[{a}].paragraphs")
+    for p, paragraph in enumerate(paragraphs):
+      if not isinstance(paragraph.get("context"), str):
+        raise ValueError(f"{_where(path, a, p)}: needs a 'context' string")
+      json_objects(paragraph.get("qas"), f"{_where(path, a, p)}.qas")
+      yield a, p, paragraph
+
+
 def read_examples(path, *, is_training, version_2_with_negative):
   """Reads a SQuAD file; returns (examples, ReadStats)."""
   dataset = fileio.read_json(path)
-  if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-    raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
-  has_impossible = any(qa.get("is_impossible") for article in dataset["data"]
-                       for paragraph in article.get("paragraphs", [])
-                       for qa in paragraph.get("qas", []))
+  has_impossible = any(qa.get("is_impossible") for _, _, paragraph in
+                       _paragraphs(path, dataset) for qa in paragraph["qas"])
   if has_impossible and not version_2_with_negative:
     raise ValueError(f"{path}: holds unanswerable (is_impossible) questions, a "
                      "SQuAD v2.0 file: pass --version_2_with_negative")
   examples, stats = [], ReadStats()
-  for a, article in enumerate(dataset["data"]):
-    for p, paragraph in enumerate(article.get("paragraphs", [])):
-      if "context" not in paragraph or "qas" not in paragraph:
-        raise ValueError(f"{_where(path, a, p)}: needs 'context' and 'qas'")
-      doc_tokens, char_to_word = split_context(paragraph["context"])
-      for q, qa in enumerate(paragraph["qas"]):
-        where = _where(path, a, p, q)
-        for field in ("id", "question"):
-          if field not in qa:
-            raise ValueError(f"{where}: missing field {field!r}")
-        stats.questions += 1
-        example = SquadExample(qa["id"], qa["question"], doc_tokens)
-        if version_2_with_negative and "is_impossible" not in qa:
-          raise ValueError(f"{where}: missing 'is_impossible' (a v1.1 file "
-                           "read with --version_2_with_negative?)")
-        example.is_impossible = bool(qa.get("is_impossible", False))
-        stats.impossible += example.is_impossible
-        if is_training and not example.is_impossible:
-          if not _locate_answer(example, qa, char_to_word, paragraph["context"],
-                                where):
-            stats.skipped_answer_not_found += 1
-            stats.skipped_ids.append(qa["id"])
-            continue
-        examples.append(example)
+  for a, p, paragraph in _paragraphs(path, dataset):
+    doc_tokens, char_to_word = split_context(paragraph["context"])
+    for q, qa in enumerate(paragraph["qas"]):
+      where = _where(path, a, p, q)
+      for field in ("id", "question"):
+        if not isinstance(qa.get(field), str):
+          raise ValueError(f"{where}: field {field!r} must be a string")
+      stats.questions += 1
+      example = SquadExample(qa["id"], qa["question"], doc_tokens)
+      if version_2_with_negative and "is_impossible" not in qa:
+        raise ValueError(f"{where}: missing 'is_impossible' (a v1.1 file "
+                         "read with --version_2_with_negative?)")
+      example.is_impossible = bool(qa.get("is_impossible", False))
+      stats.impossible += example.is_impossible
+      if is_training and not example.is_impossible:
+        if not _locate_answer(example, qa, char_to_word, paragraph["context"],
+                              where):
+          stats.skipped_answer_not_found += 1
+          stats.skipped_ids.append(qa["id"])
+          continue
+      examples.append(example)
   if stats.skipped_answer_not_found:
     logging.warning("%s: skipped %d training question(s) whose answer text is "
                     "not at answer_start (first ids: %s)", path,
@@ -111,9 +126,10 @@ def _locate_answer(example, qa, char_to_word, context, where):
   if not answers:
     raise ValueError(f"{where}: a training question needs one answer "
                      "(or is_impossible true)")
-  answer = answers[0]
-  if "text" not in answer or "answer_start" not in answer:
-    raise ValueError(f"{where}.answers[0]: needs 'text' and 'answer_start'")
+  answer = json_objects(answers, f"{where}.answers")[0]
+  if not isinstance(answer.get("text"), str) or "answer_start" not in answer:
+    raise ValueError(f"{where}.answers[0]: needs a 'text' string and "
+                     "'answer_start'")
   text, start = answer["text"], answer["answer_start"]
   if not isinstance(start, int) or start < 0 or start + len(text) > len(context) \
       or not text:

@@ -24,6 +24,34 @@ SUBMISSION_FILES = {
 }
 
 
+def _check_meta(meta, path):
+  """The fields training needs, with their types (a clear error naming the
+  file, not a KeyError mid-run)."""
+  if not isinstance(meta, dict):
+    raise ValueError(f"{path}: expected a JSON object (bertexp prepare's "
+                     "meta data)")
+  counts = ["max_seq_length", "num_labels"] + [
+      k for k in ("train_data_size", "eval_data_size", "test_data_size",
+                  "vocab_size") if k in meta]
+  for key in counts + ["label_type"]:
+    if key not in meta:
+      raise ValueError(f"{path}: missing field {key!r}")
+  for key in counts:
+    value = meta[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (
+        key in ("max_seq_length", "num_labels") and value < 1):
+      raise ValueError(f"{path}: field {key!r} must be a positive integer, "
+                       f"got {value!r}")
+  if meta["label_type"] not in ("int", "float"):
+    raise ValueError(f"{path}: label_type must be 'int' or 'float', got "
+                     f"{meta['label_type']!r}")
+  sizes = meta.get("split_sizes", {})
+  if not isinstance(sizes, dict) or not all(
+      isinstance(v, int) and not isinstance(v, bool) and v >= 0
+      for v in sizes.values()):
+    raise ValueError(f"{path}: split_sizes must map split names to counts")
+
+
 @gin.configurable(module="bertexp")
 class ClassificationTask(base.Task):
   """Classifier on the pooled output; regression when num_labels == 1.
@@ -41,9 +69,7 @@ class ClassificationTask(base.Task):
     self.bert_config_file = bert_config_file
     self.meta = fileio.read_json(meta_data_path)
     self.meta_data_path = meta_data_path
-    for key in ("max_seq_length", "num_labels", "label_type"):
-      if key not in self.meta:
-        raise ValueError(f"{meta_data_path}: missing field {key!r}")
+    _check_meta(self.meta, meta_data_path)
     self.train_data_path = train_data_path
     self.eval_paths = {}
     if eval_data_path:

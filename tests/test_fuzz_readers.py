@@ -1,0 +1,223 @@
+"""Hostile input, generated (hypothesis): every reader either reads the file
+or raises bertexp's own clear error (ValueError / FileNotFoundError naming
+the file) — never another exception, never a half-written output."""
+import json
+import os
+import tempfile
+
+import gin
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from bertexp import modeling
+from bertexp import squad_metrics
+from bertexp import tokenization
+from bertexp.data import pretraining
+from bertexp.data import readers
+from bertexp.data import squad
+from bertexp.gin_setup import parse_gin
+from conftest import REPO
+
+FUZZ = settings(max_examples=300, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow])
+COUNTS = {}   # reader -> generated inputs (printed after the module, -s)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def report_counts():
+  yield
+  print("\nfuzzed inputs per reader:", json.dumps(COUNTS, sort_keys=True))
+
+# Text with the characters that break readers: separators, quotes, line
+# ends of every kind, a BOM, NUL, surrogate-free unicode.
+TRICKY = st.sampled_from(["\t", ",", '"', "'", "\n", "\r", "\r\n", "\u2028",
+                          "\ufeff", "\x00", "{", "}", "[", "]", ":", "nan",
+                          "inf", "-1", "1e400", " ", "label", "sentence"])
+TEXT = st.lists(st.one_of(TRICKY, st.text(max_size=8)), max_size=30).map("".join)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 10**6) |
+    st.floats(allow_nan=True) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) |
+    st.dictionaries(st.sampled_from(
+        ["data", "paragraphs", "context", "qas", "id", "question", "answers",
+         "text", "answer_start", "is_impossible", "version", "x"]), inner,
+        max_size=5), max_leaves=25)
+
+
+def _squad_like():
+  """Structurally plausible SQuAD files with any field broken."""
+  answer = st.fixed_dictionaries({}, optional={
+      "text": JSON_VALUES | st.text(max_size=10),
+      "answer_start": JSON_VALUES | st.integers(-3, 40)})
+  qa = st.fixed_dictionaries({}, optional={
+      "id": JSON_VALUES | st.text(max_size=5), "question": JSON_VALUES | TEXT,
+      "answers": st.lists(answer, max_size=2) | JSON_VALUES,
+      "is_impossible": JSON_VALUES})
+  paragraph = st.fixed_dictionaries({}, optional={
+      "context": TEXT | JSON_VALUES, "qas": st.lists(qa, max_size=3) | JSON_VALUES})
+  article = st.fixed_dictionaries({}, optional={
+      "paragraphs": st.lists(paragraph, max_size=3) | JSON_VALUES})
+  return st.fixed_dictionaries({"data": st.lists(article, max_size=3) |
+                                JSON_VALUES}) | JSON_VALUES
+
+
+_FOLDER = tempfile.mkdtemp(prefix="bertexp_fuzz_")
+
+
+def _file(content, suffix):
+  """Writes one generated input (the next overwrites it)."""
+  path = os.path.join(_FOLDER, f"input{len(COUNTS)}{suffix}")
+  mode = "wb" if isinstance(content, bytes) else "w"
+  with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+    f.write(content)
+  return path
+
+
+def _clear_error_or_result(reader, name, path, *args, **kwargs):
+  """reader(path, ...) returns, or raises a ValueError/FileNotFoundError
+  whose message names `path`; anything else fails the test."""
+  COUNTS[name] = COUNTS.get(name, 0) + 1
+  try:
+    return reader(path, *args, **kwargs)
+  except (ValueError, FileNotFoundError) as e:
+    assert path in str(e) or os.path.basename(path) in str(e), (name, str(e))
+    return None
+
+
+def _utf8_or_bytes(text_strategy):
+  return st.one_of(text_strategy, st.binary(max_size=200))
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(TEXT), suffix=st.sampled_from([".tsv", ".csv"]),
+       skip=st.booleans())
+def test_tables(content, suffix, skip):
+  path = _file(content, suffix)
+  _clear_error_or_result(readers.read_table, "TSV/CSV table", path,
+                         ["sentence"], "label", "id", skip_malformed_rows=skip)
+  _clear_error_or_result(readers.read_table, "TSV/CSV table", path,
+                         ["a", "b"], None, None, positions={"a": 0, "b": 3})
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(st.lists(JSON_VALUES.map(json.dumps) | TEXT,
+                                       max_size=6).map("\n".join)))
+def test_jsonl(content):
+  path = _file(content, ".jsonl")
+  _clear_error_or_result(readers.read_jsonl, "JSONL", path,
+                         ["sentence", "b"], "label", "id")
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(TEXT), task=st.sampled_from(
+    ["mnli", "mrpc", "cola", "sst2", "qqp", "stsb"]), labelled=st.booleans())
+def test_glue_files(content, task, labelled):
+  path = _file(content, ".tsv")
+  _clear_error_or_result(
+      lambda p: readers.read_glue(readers.glue_spec(task), p, labelled),
+      "GLUE TSV", path)
+
+
+@FUZZ
+@given(data=_squad_like(), training=st.booleans(), v2=st.booleans())
+def test_squad_json(data, training, v2):
+  path = _file(json.dumps(data), ".json")
+  _clear_error_or_result(squad.read_examples, "SQuAD JSON", path,
+                         is_training=training, version_2_with_negative=v2)
+
+
+@FUZZ
+@given(dataset=_squad_like(), predictions=JSON_VALUES, odds=JSON_VALUES)
+def test_squad_predictions_and_null_odds(dataset, predictions, odds):
+  data = _file(json.dumps(dataset), ".json")
+  preds = _file(json.dumps(predictions), ".json")
+  null_odds = _file(json.dumps(odds), ".json")
+  COUNTS["predictions + null odds JSON"] = COUNTS.get(
+      "predictions + null odds JSON", 0) + 1
+  try:
+    squad_metrics.evaluate_files(data, preds, null_odds)
+  except (ValueError, FileNotFoundError) as e:
+    assert any(p in str(e) for p in (data, preds, null_odds)), str(e)
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(st.lists(TEXT, max_size=12).map("\n".join)))
+def test_vocab(content):
+  path = _file(content, ".txt")
+  _clear_error_or_result(tokenization.load_vocab, "vocab", path)
+
+
+@FUZZ
+@given(values=JSON_VALUES | st.dictionaries(st.sampled_from(
+    list(modeling.BertConfig.__dataclass_fields__) + ["x"]), JSON_VALUES,
+    max_size=12), raw=st.booleans(), text=TEXT)
+def test_bert_config(values, raw, text):
+  path = _file(text if raw else json.dumps(values), ".json")
+  _clear_error_or_result(modeling.BertConfig.from_json_file, "bert_config.json",
+                         path)
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(st.lists(TEXT, max_size=20).map("\n".join)))
+def test_pretraining_text(content):
+  path = _file(content, ".txt")
+  _clear_error_or_result(lambda p: list(pretraining.read_chunks([p], 64)),
+                         "pretraining text", path)
+
+
+@FUZZ
+@given(values=JSON_VALUES | st.dictionaries(st.sampled_from(
+    ["task", "max_seq_length", "num_labels", "label_type", "train_data_size",
+     "split_sizes", "label_names", "vocab_size"]), JSON_VALUES, max_size=8))
+def test_meta_data(values):
+  from bertexp.tasks import classification
+  path = _file(json.dumps(values), "_meta_data")
+  _clear_error_or_result(
+      lambda p: classification.ClassificationTask(
+          bert_config_file="unused", meta_data_path=p), "meta data", path)
+
+
+@FUZZ
+@given(bindings=st.lists(TEXT | st.sampled_from(
+    ["MODEL_DIR=runs/x", "LEARNING_RATE=", "TRAIN_STEPS=1e400", "a.b=c",
+     "include 'x.gin'", "SEED=None"]), min_size=1, max_size=3))
+def test_gin_bindings(bindings):
+  COUNTS["gin bindings"] = COUNTS.get("gin bindings", 0) + 1
+  gin.clear_config()
+  try:
+    parse_gin([os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")],
+              bindings)
+  except (ValueError, SyntaxError, FileNotFoundError):
+    pass   # gin's parse errors name the binding; ours name the macro
+  finally:
+    gin.clear_config()
+
+
+@settings(max_examples=120, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(train=_utf8_or_bytes(TEXT), regression=st.booleans(),
+       good_eval=st.booleans())
+def test_prepare_leaves_nothing_behind_on_bad_input(train, regression,
+                                                    good_eval):
+  from bertexp.data import prepare
+  from conftest import TINY_VOCAB
+  vocab = _file("\n".join(TINY_VOCAB) + "\n", ".vocab")
+  header = "sentence\tlabel\n"
+  train_file = _file(train if isinstance(train, bytes) else header + train,
+                     ".tsv")
+  eval_file = _file(header + ("good movie\t1\n" if good_eval else "x\tnan\n"),
+                    ".eval.tsv")
+  output_dir = tempfile.mkdtemp(prefix="bertexp_fuzz_out_")
+  COUNTS["prepare classification"] = COUNTS.get("prepare classification", 0) + 1
+  try:
+    prepare.prepare_classification(
+        task_name="fuzz", train_file=train_file, eval_file=eval_file,
+        text_columns=["sentence"], label_column="label", regression=regression,
+        vocab_file=vocab, output_dir=output_dir, max_seq_length=16)
+  except (ValueError, FileNotFoundError) as e:
+    assert train_file in str(e) or eval_file in str(e) or "label" in str(e), e
+    assert os.listdir(output_dir) == [], os.listdir(output_dir)
+  finally:
+    for name in os.listdir(output_dir):
+      os.remove(os.path.join(output_dir, name))
+    os.rmdir(output_dir)

@@ -417,6 +417,7 @@ def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
            provenance, guard):
   start_time = time.time()
   logging.info("schedule: %s", schedule)
+  task.check_training_data()
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,

@@ -332,3 +332,52 @@ def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
   assert workers[0].returncode == stop_signals.WORKER_LOST_STATUS, output[-3000:]
   assert "lost contact with worker 1" in output, output[-3000:]
   assert waited < 60, waited
+
+
+def _rewrite_records(source, target, change):
+  """Copies TFRecords, passing each tf.train.Example (and its index)
+  through change(example, i)."""
+  with tf.io.TFRecordWriter(target) as writer:
+    for i, record in enumerate(tf.data.TFRecordDataset(source)):
+      example = tf.train.Example.FromString(record.numpy())
+      change(example, i)
+      writer.write(example.SerializeToString())
+
+
+def _set_int(feature, name, position, value):
+  feature[name].int64_list.value[position] = value
+
+
+@pytest.mark.parametrize("fault", ["sequence_length", "token_id", "label",
+                                   "segment_id", "garbage"])
+def test_data_that_disagree_with_the_configuration_stop_before_training(
+    run, tmp_path, fault, capsys):
+  bad = str(tmp_path / "bad_train.tf_record")
+  paths = dict(run, TRAIN_DATA_PATH=bad)
+  features = lambda example: example.features.feature
+  if fault == "sequence_length":   # meta data says 16; records hold 12
+    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: [
+        features(e)[name].int64_list.value.__delitem__(slice(12, None))
+        for name in ("input_word_ids", "input_mask", "input_type_ids")])
+    expected = "records do not match"
+  elif fault == "token_id":
+    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 5 and (
+        _set_int(features(e), "input_word_ids", 2, 999)))
+    expected = "record 5 has token id 999, outside [0, 25)"
+  elif fault == "segment_id":
+    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 7 and (
+        _set_int(features(e), "input_type_ids", 1, 2)))
+    expected = "record 7 has segment id 2"
+  elif fault == "label":
+    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 3 and (
+        _set_int(features(e), "label_ids", 0, 2)))
+    expected = "record 3 has label 2, outside [0, 2)"
+  else:
+    with open(bad, "wb") as f:
+      f.write(os.urandom(3000))
+    expected = "not a TFRecord file, or damaged"
+  model_dir = str(tmp_path / "model")
+  assert cli.main(_args(paths, model_dir, TRAIN_STEPS=2)) == 2
+  error = capsys.readouterr().err
+  assert bad in error and expected in error, error
+  assert not glob.glob(f"{model_dir}/ckpt-*")

@@ -40,6 +40,71 @@ def _decode(spec, label_names):
   return decode
 
 
+def record_decoder(seq_length, label_type, label_names=("label_ids",),
+                   id_name="example_id"):
+  """decode(serialized [B]) -> (features, labels) of `bertexp prepare`'s
+  fine-tuning records."""
+  label_dtype = tf.float32 if label_type == "float" else tf.int64
+  return _decode(_record_spec(seq_length, label_dtype, label_names, id_name),
+                 label_names)
+
+
+def check_training_files(file_pattern, decode, *, config, label_ranges=None,
+                         source="the meta data", sample=1000):
+  """Stops before training when the first `sample` records of a training
+  file disagree with the configuration: a file that is not TFRecord (or is
+  damaged), records of another layout or sequence length than `source`
+  says, token ids outside the model's vocab_size, segment ids outside its
+  type_vocab_size, labels outside `label_ranges` ({name: (low, high)}: low
+  <= label < high; "label" for a single label tensor) or not finite. Errors
+  name the file and the record."""
+  for path in list_files(file_pattern):
+    records = tf.data.TFRecordDataset(path).take(sample).batch(sample)
+    try:
+      batch = next(iter(records), None)
+      if batch is None:
+        raise ValueError(f"{path}: no records")
+      features, labels = decode(batch)
+    except tf.errors.DataLossError as e:
+      raise ValueError(f"{path}: not a TFRecord file, or damaged "
+                       f"({_first_line(e)})") from None
+    except tf.errors.InvalidArgumentError as e:
+      raise ValueError(f"{path}: records do not match {source} "
+                       f"({_first_line(e)})") from None
+    _check_range(path, "token id", features["input_word_ids"], 0,
+                 config.vocab_size, "the model's vocab_size")
+    _check_range(path, "segment id", features["input_type_ids"], 0,
+                 config.type_vocab_size, "the model's type_vocab_size")
+    for name, values in (labels.items() if isinstance(labels, dict)
+                         else [("label", labels)]):
+      if values.dtype.is_floating and not bool(
+          tf.reduce_all(tf.math.is_finite(values))):
+        raise ValueError(f"{path}: {name} of record "
+                         f"{_first_bad(~tf.math.is_finite(values))} is not "
+                         "finite")
+      if name in (label_ranges or {}):
+        _check_range(path, name, values, *label_ranges[name], source)
+
+
+def _first_line(error):
+  return str(error.message if hasattr(error, "message") else error).strip() \
+      .splitlines()[0]
+
+
+def _first_bad(mask):
+  mask = tf.reshape(mask, [tf.shape(mask)[0], -1])
+  return int(tf.where(tf.reduce_any(mask, axis=1))[0, 0])
+
+
+def _check_range(path, what, values, low, high, limit):
+  bad = (values < low) | (values >= high)
+  if bool(tf.reduce_any(bad)):
+    record = _first_bad(bad)
+    value = tf.boolean_mask(values, bad)[0].numpy()
+    raise ValueError(f"{path}: record {record} has {what} {value}, outside "
+                     f"[{low}, {high}) of {limit}")
+
+
 def list_files(file_pattern):
   patterns = file_pattern.split(",")
   files = []
@@ -102,10 +167,10 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   (SQuAD start/end).
   """
   label_dtype = tf.float32 if label_type == "float" else tf.int64
-  spec = _record_spec(seq_length, label_dtype, label_names, id_name)
+  decode = record_decoder(seq_length, label_type, label_names, id_name)
   if is_training:
     return training_batches(
-        file_pattern, _decode(spec, label_names), batch_size=batch_size,
+        file_pattern, decode, batch_size=batch_size,
         input_context=input_context, train_order=train_order,
         shuffle_window=shuffle_buffer)
   dataset = tf.data.TFRecordDataset(list_files(file_pattern)).enumerate()
@@ -115,7 +180,7 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
   dataset = dataset.batch(batch_size).map(
-      with_positions(_decode(spec, label_names))).unbatch()
+      with_positions(decode)).unbatch()
   return pad_and_batch_eval(
       dataset, num_examples=num_examples, batch_size=batch_size,
       input_context=input_context,

@@ -90,6 +90,11 @@ class Task(abc.ABC):
     """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
     return {"vocab_file": None, "data_files": []}
 
+  def check_training_data(self):
+    """Before the first step: raises a clear error when the training files
+    disagree with the configuration (see
+    `bertexp.data.pipeline.check_training_files`)."""
+
   def after_training(self, model, model_dir):
     """Called once training ends (e.g. pretraining writes its encoder)."""
     del model, model_dir

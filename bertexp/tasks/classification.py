@@ -140,6 +140,16 @@ class ClassificationTask(base.Task):
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))
 
+  def check_training_data(self):
+    if not self.train_data_path:
+      return
+    pipeline.check_training_files(
+        self.train_data_path, pipeline.record_decoder(
+            self.meta["max_seq_length"], self.meta["label_type"]),
+        config=modeling.BertConfig.from_json_file(self.bert_config_file),
+        label_ranges=None if self.is_regression else {
+            "label": (0, self.num_labels)}, source=self.meta_data_path)
+
   def eval_splits(self):
     return {name: int(self.split_size(name) or 0) for name in self.eval_paths}
 

@@ -187,6 +187,16 @@ class PretrainingTask(base.Task):
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))
 
+  def check_training_data(self):
+    if not self.train_data_path:
+      return
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    pipeline.check_training_files(
+        self.train_data_path, self._decode, config=config,
+        label_ranges={"masked_lm_ids": (0, config.vocab_size),
+                      "next_sentence_labels": (0, 2)},
+        source=self.meta_data_path)
+
   def input_files(self):
     return {"vocab_file": self.meta.get("vocab_file"),
             "data_files": [self.meta_data_path, *pipeline.list_files(

@@ -129,6 +129,16 @@ class QuestionAnsweringTask(base.Task):
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))
 
+  def check_training_data(self):
+    if not self.train_data_path:
+      return
+    seq = self.meta["max_seq_length"]
+    pipeline.check_training_files(
+        self.train_data_path, pipeline.record_decoder(
+            seq, "int", ("start_positions", "end_positions"), "unique_id"),
+        config=modeling.BertConfig.from_json_file(self.bert_config_file),
+        label_ranges={"label": (0, seq)}, source=self.meta_data_path)
+
   def eval_splits(self):
     return {"eval": len(self._eval_data()[1])} if self.predict_file else {}
 

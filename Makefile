@@ -112,7 +112,7 @@ demo-squad: demo-data
 
 test: setup
 	$(PY) tools/demo_data.py fetch
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 bench: setup
 	$(PY) tools/bench.py

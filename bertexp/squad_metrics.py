@@ -156,7 +156,8 @@ def is_v2(dataset):
   return any(qa.get("is_impossible") for qa in _questions(dataset))
 
 
-def _objects(value, where):
+def json_objects(value, where):
+  """`value` if it is a list of JSON objects, else a clear error."""
   if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
     raise ValueError(f"{where}: expected a list of JSON objects")
   return value
@@ -166,16 +167,16 @@ def _check_dataset(path, value):
   """The structure the official script reads, or a clear error."""
   if not isinstance(value, dict) or not isinstance(value.get("data"), list):
     raise ValueError(f"{path}: not a SQuAD dataset (no top-level 'data' list)")
-  for a, article in enumerate(_objects(value["data"], f"{path}: data")):
+  for a, article in enumerate(json_objects(value["data"], f"{path}: data")):
     where = f"{path}: data[{a}].paragraphs"
-    for p, paragraph in enumerate(_objects(article.get("paragraphs", []),
+    for p, paragraph in enumerate(json_objects(article.get("paragraphs", []),
                                            where)):
-      for q, qa in enumerate(_objects(paragraph.get("qas", []),
+      for q, qa in enumerate(json_objects(paragraph.get("qas", []),
                                       f"{where}[{p}].qas")):
         at = f"{where}[{p}].qas[{q}]"
         if not isinstance(qa.get("id"), str):
           raise ValueError(f"{at}: needs an 'id' string")
-        answers = _objects(qa.get("answers"), f"{at}.answers")
+        answers = json_objects(qa.get("answers"), f"{at}.answers")
         if not all(isinstance(answer.get("text"), str) for answer in answers):
           raise ValueError(f"{at}.answers: each needs a 'text' string")
 

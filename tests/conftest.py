@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny vocab, a tiny encoder config, a tiny GLUE folder."""
 import json
 import os
+import tempfile
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -90,7 +91,9 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   from bertexp import checkpoints
   from bertexp.data import prepare
   gfile = tf.io.gfile
-  local = write_sst2_folder(os.path.join("/tmp", "bertexp_sst2_src"))
+  # Per process: `make test` runs test files in 2 processes.
+  local = write_sst2_folder(os.path.join(
+      tempfile.gettempdir(), f"bertexp_sst2_src_{os.getpid()}"))
   glue_dir = f"{root}/SST-2"
   gfile.makedirs(glue_dir)
   for name in os.listdir(local):

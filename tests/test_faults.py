@@ -348,6 +348,15 @@ def _set_int(feature, name, position, value):
   feature[name].int64_list.value[position] = value
 
 
+# fault: (feature, record, position, value, the error's words)
+POISONED_VALUES = {
+    "token_id": ("input_word_ids", 5, 2, 999,
+                 "record 5 has token id 999, outside [0, 25)"),
+    "segment_id": ("input_type_ids", 7, 1, 2, "record 7 has segment id 2"),
+    "label": ("label_ids", 3, 0, 2, "record 3 has label 2, outside [0, 2)"),
+}
+
+
 @pytest.mark.parametrize("fault", ["sequence_length", "token_id", "label",
                                    "segment_id", "garbage"])
 def test_data_that_disagree_with_the_configuration_stop_before_training(
@@ -360,18 +369,10 @@ def test_data_that_disagree_with_the_configuration_stop_before_training(
         features(e)[name].int64_list.value.__delitem__(slice(12, None))
         for name in ("input_word_ids", "input_mask", "input_type_ids")])
     expected = "records do not match"
-  elif fault == "token_id":
-    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 5 and (
-        _set_int(features(e), "input_word_ids", 2, 999)))
-    expected = "record 5 has token id 999, outside [0, 25)"
-  elif fault == "segment_id":
-    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 7 and (
-        _set_int(features(e), "input_type_ids", 1, 2)))
-    expected = "record 7 has segment id 2"
-  elif fault == "label":
-    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == 3 and (
-        _set_int(features(e), "label_ids", 0, 2)))
-    expected = "record 3 has label 2, outside [0, 2)"
+  elif fault in POISONED_VALUES:
+    name, record, position, value, expected = POISONED_VALUES[fault]
+    _rewrite_records(run["TRAIN_DATA_PATH"], bad, lambda e, i: i == record and (
+        _set_int(features(e), name, position, value)))
   else:
     with open(bad, "wb") as f:
       f.write(os.urandom(3000))

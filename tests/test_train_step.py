@@ -100,9 +100,12 @@ def test_float16_overflow_skips_the_step_and_lowers_the_scale(replicas, task):
   for old, variable in zip(before, trainer.model.trainable_variables):
     np.testing.assert_array_equal(variable.numpy(), old, err_msg=variable.name)
   assert float(trainer.optimizer.loss_scale) == overflow / 2
+  assert int(trainer.state.nonfinite_steps.numpy()) == 1   # counted
   # The scale halves on every overflow until steps fit, then they apply.
   trainer.train(tf.constant(40))
-  assert float(trainer.optimizer.loss_scale) < overflow / 2 ** 10
+  halvings = round(np.log2(overflow / float(trainer.optimizer.loss_scale)))
+  assert halvings > 10
+  assert int(trainer.state.nonfinite_steps.numpy()) == halvings
   changed = [not np.array_equal(v.numpy(), old)
              for old, v in zip(before, trainer.model.trainable_variables)]
   assert all(changed)

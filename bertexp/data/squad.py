@@ -14,6 +14,7 @@ import logging
 from typing import Dict, List, Optional
 
 from bertexp import fileio
+from bertexp import squad_metrics
 
 
 def _is_whitespace(ch):
@@ -60,24 +61,18 @@ def _where(path, a, p, q=None):
   return f"{path}: data[{a}].paragraphs[{p}]" + (f".qas[{q}]" if q is not None else "")
 
 
-def json_objects(value, where):
-  """`value` if it is a list of JSON objects, else a clear error."""
-  if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-    raise ValueError(f"{where}: expected a list of JSON objects")
-  return value
-
-
 def _paragraphs(path, dataset):
   """Yields (a, p, paragraph) of a SQuAD dataset, checking its structure."""
   if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
     raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
-  for a, article in enumerate(json_objects(dataset["data"], f"{path}: data")):
-    paragraphs = json_objects(article.get("paragraphs", []),
-                              f"{path}: data[{a}].paragraphs")
+  objects = squad_metrics.json_objects
+  for a, article in enumerate(objects(dataset["data"], f"{path}: data")):
+    paragraphs = objects(article.get("paragraphs", []),
+                         f"{path}: data[{a}].paragraphs")
     for p, paragraph in enumerate(paragraphs):
       if not isinstance(paragraph.get("context"), str):
         raise ValueError(f"{_where(path, a, p)}: needs a 'context' string")
-      json_objects(paragraph.get("qas"), f"{_where(path, a, p)}.qas")
+      objects(paragraph.get("qas"), f"{_where(path, a, p)}.qas")
       yield a, p, paragraph
 
 
@@ -95,7 +90,9 @@ def read_examples(path, *, is_training, version_2_with_negative):
     for q, qa in enumerate(paragraph["qas"]):
       where = _where(path, a, p, q)
       for field in ("id", "question"):
-        if not isinstance(qa.get(field), str):
+        if field not in qa:
+          raise ValueError(f"{where}: missing field {field!r}")
+        if not isinstance(qa[field], str):
           raise ValueError(f"{where}: field {field!r} must be a string")
       stats.questions += 1
       example = SquadExample(qa["id"], qa["question"], doc_tokens)
@@ -126,7 +123,7 @@ def _locate_answer(example, qa, char_to_word, context, where):
   if not answers:
     raise ValueError(f"{where}: a training question needs one answer "
                      "(or is_impossible true)")
-  answer = json_objects(answers, f"{where}.answers")[0]
+  answer = squad_metrics.json_objects(answers, f"{where}.answers")[0]
   if not isinstance(answer.get("text"), str) or "answer_start" not in answer:
     raise ValueError(f"{where}.answers[0]: needs a 'text' string and "
                      "'answer_start'")

@@ -314,5 +314,21 @@ def main(argv=None):
   return 0
 
 
+def console_main():
+  """The `bertexp` command: main(), then exit without TensorFlow's teardown.
+
+  Every output is written and closed by then (checkpoints, JSON files via
+  rename, summaries flushed by orbit after each write). Destroying a
+  training input iterator can block for up to a minute in tf.data's
+  autotuning thread (seen with 8 simulated replicas), so the process ends
+  with os._exit once Python's own streams are flushed.
+  """
+  code = main()
+  logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  console_main()

@@ -160,7 +160,9 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
     candidates.sort(key=lambda c: -c.score)
     candidates = candidates[:max(n_best_size, 1)]
   if not candidates:
-    candidates = [Candidate("empty", 0.0, 0.0)]
+    # No valid span in any window: the answer is "" (google-research writes
+    # the word "empty"; "" is what the exported serve_text returns too).
+    candidates = [Candidate("", 0.0, 0.0)]
   best_non_null = next((c for c in candidates if c.text), None)
   diff = None
   if version_2_with_negative:

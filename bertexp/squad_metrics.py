@@ -176,7 +176,9 @@ def _check_dataset(path, value):
         at = f"{where}[{p}].qas[{q}]"
         if not isinstance(qa.get("id"), str):
           raise ValueError(f"{at}: needs an 'id' string")
-        answers = json_objects(qa.get("answers"), f"{at}.answers")
+        if "answers" not in qa:
+          raise ValueError(f"{at} has no 'answers'")
+        answers = json_objects(qa["answers"], f"{at}.answers")
         if not all(isinstance(answer.get("text"), str) for answer in answers):
           raise ValueError(f"{at}.answers: each needs a 'text' string")
 

@@ -100,37 +100,47 @@ def test_sigkill_at_random_moments_then_rerun_ends_bit_identical(run, tmp_path):
   assert seen and got[seen[0]] == 30 * 8
 
 
-def test_sigterm_mid_loop_checkpoints_at_the_step_reached_then_resumes(
-    run, tmp_path):
-  model_dir = str(tmp_path / "model")
-  # One loop of 4000 steps: without the signal path nothing would be saved
-  # before its end.
-  args = _args(run, model_dir, TRAIN_STEPS=4000, STEPS_PER_LOOP=4000)
+def _stop_after(args, seconds, expect_line="training data: seed"):
+  """Starts `bertexp ARGS`, sends SIGTERM `seconds` after `expect_line`;
+  returns (exit status, output)."""
   process = _start(args)
   lines = []
   for line in process.stdout:
     lines.append(line)
-    if "training data: seed" in line:
+    if expect_line in line:
       break
-  time.sleep(10)   # tracing, then a few hundred steps of the loop
+  time.sleep(seconds)
   process.send_signal(signal.SIGTERM)
-  output = "".join(lines) + process.communicate(timeout=120)[0]
-  assert process.returncode == stop_signals.EXIT_STATUS, output[-3000:]
-  written = glob.glob(f"{model_dir}/ckpt-*.index")
-  assert len(written) == 1, written
-  step = int(written[0].rsplit("-", 1)[1].split(".")[0])
-  assert 0 < step < 4000
+  output = "".join(lines) + process.communicate(timeout=180)[0]
+  return process.returncode, output
+
+
+def _checkpoint_steps(model_dir):
+  return sorted(int(path.rsplit("-", 1)[1].split(".")[0])
+                for path in glob.glob(f"{model_dir}/ckpt-*.index"))
+
+
+def test_sigterm_mid_loop_checkpoints_at_the_step_reached_then_resumes(
+    run, tmp_path):
+  model_dir = str(tmp_path / "model")
+  # One loop of 100,000 steps: without the signal path nothing would be
+  # saved before its end.
+  args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000)
+  status, output = _stop_after(args, 20)   # tracing, then many steps
+  assert status == stop_signals.EXIT_STATUS, output[-3000:]
+  (step,) = _checkpoint_steps(model_dir)
+  assert 0 < step < 100000, output[-3000:]
   assert f"SIGTERM at step {step}" in output and "run the same command" in output
   assert not os.path.exists(f"{model_dir}/training_summary.json")
-  state = _variables(written[0][:-len(".index")])
-  seen = [n for n in state if "examples_seen" in n]
-  assert state[seen[0]] == step * 8
-  output = _finish(args)
-  with open(f"{model_dir}/training_summary.json") as f:
-    summary = json.load(f)
-  assert summary["resumed_from_step"] == step
-  assert summary["steps_this_run"] == 4000 - step
-  assert summary["examples_seen"] == 4000 * 8
+  state = _variables(f"{model_dir}/ckpt-{step}")
+  (seen,) = [n for n in state if "examples_seen" in n]
+  assert state[seen] == step * 8
+  # The same command resumes at that step and data position (stopped again).
+  status, output = _stop_after(args, 5)
+  assert status == stop_signals.EXIT_STATUS, output[-3000:]
+  assert f"resuming from {model_dir}/ckpt-{step}" in output
+  assert f"starting after {step * 8} examples" in output
+  assert max(_checkpoint_steps(model_dir)) >= step
 
 
 def _poison(paths, root, poisoned):
@@ -322,7 +332,7 @@ def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
     time.sleep(5)   # into the loop
     workers[1].send_signal(getattr(signal, fault))
     faulted = time.time()
-    workers[0].wait(timeout=90)
+    workers[0].wait(timeout=120)
     waited = time.time() - faulted
   finally:
     for worker in workers:
@@ -331,7 +341,9 @@ def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
   output = (tmp_path / "worker0.log").read_text()
   assert workers[0].returncode == stop_signals.WORKER_LOST_STATUS, output[-3000:]
   assert "lost contact with worker 1" in output, output[-3000:]
-  assert waited < 60, waited
+  # TensorFlow's heartbeats or the 30 s collective timeout; the margin is for
+  # a loaded machine (measured 8-64 s while the rest of the suite ran).
+  assert waited < 90, waited
 
 
 def _rewrite_records(source, target, change):

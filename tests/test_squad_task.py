@@ -26,7 +26,7 @@ def _train_args(tmp_path, config, vocab, version, predict_file, steps, **more):
       "INPUT_META_DATA_PATH": f'"{tmp_path}/data/squad_{version}_train_meta_data"',
       "PREDICT_FILE": f'"{tmp_path}/{predict_file}"',
       "TRAIN_BATCH_SIZE": 8, "EVAL_BATCH_SIZE": 8, "TRAIN_STEPS": steps,
-      "STEPS_PER_LOOP": steps}, **more)
+      "STEPS_PER_LOOP": steps, "SEED": 1}, **more)
   return ["--gin_file=experiments/demo/squad_v1_cpu.gin"] + [
       f"--gin_param={k}={v}" for k, v in params.items()]
 

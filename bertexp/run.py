@@ -2,8 +2,6 @@
 trainer -> orbit.Controller, all from gin bindings of `bertexp.experiment`."""
 import dataclasses
 import logging
-import math
-import time
 
 import gin
 import tensorflow as tf
@@ -13,15 +11,12 @@ from bertexp import encoders
 from bertexp import export as export_lib
 from bertexp import fileio
 from bertexp import modeling
-from bertexp import optimization
 from bertexp import provenance as provenance_lib
 from bertexp import orbit_import
 from bertexp import safe_checkpoints
-from bertexp import stop_signals
 from bertexp import strategy as strategy_lib
 from bertexp import trainer as trainer_lib
-from bertexp.data import order as order_lib
-from bertexp.data import pipeline
+from bertexp import training
 
 orbit = orbit_import.orbit
 MODES = ("train_and_eval", "train", "eval", "predict", "export",
@@ -72,12 +67,6 @@ def worker_model_dir(strategy, model_dir):
       task_type == "worker" and task_id == 0 and not has_chief):
     return model_dir
   return fileio.join(model_dir, "workers", f"{task_type}_{task_id}")
-
-
-def _log_and_write_summary(path, summary):
-  fileio.write_json(path, summary)
-  logging.info("Training Summary:\n%s", fileio.read_text(path))
-  print("Training Summary: " + fileio.read_text(path), flush=True)
 
 
 def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
@@ -262,10 +251,11 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
       gathered = evaluator.gather(split)
       written[split] = task.write_predictions(gathered, output_dir, split)
     return written
-  return _train(mode, model_dir=worker_model_dir(strategy, model_dir),
+  return training.train(mode, model_dir=worker_model_dir(strategy, model_dir),
                 task=task, model=model, strategy=strategy,
                 init_checkpoint=init_checkpoint,
-                init_optimizer_state=init_optimizer_state, precision=precision,
+                init_optimizer_state=init_optimizer_state,
+                initialise=initialise_from_checkpoint, precision=precision,
                 trainer_kwargs=trainer_kwargs,
                 schedule=schedule,
                 steps_per_loop=steps_per_loop,
@@ -279,247 +269,3 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 provenance=provenance_lib.record(
                     task, init_checkpoint=init_checkpoint, seed=seed,
                     deterministic=deterministic, cpu_threads=cpu_threads))
-
-
-class BestCheckpoint:
-  """Keeps the model weights of the best evaluation so far in `folder`
-  (`ckpt-N.*` + `best_checkpoint.json` with the step and all metrics).
-  Survives resumption: the JSON on disk is the score to beat."""
-
-  def __init__(self, model, folder, metric, mode="max"):
-    if mode not in ("max", "min"):
-      raise ValueError(f"best checkpoint mode {mode!r} is not 'max' or 'min'")
-    self.model, self.folder, self.metric, self.mode = model, folder, metric, mode
-    self.info_path = fileio.join(folder, "best_checkpoint.json")
-
-  def _better(self, value, old):
-    return value > old if self.mode == "max" else value < old
-
-  def update(self, step, metrics):
-    if self.metric not in metrics:
-      raise ValueError(f"best-checkpoint metric {self.metric!r} is not among "
-                       f"the eval metrics {sorted(metrics)}")
-    value = float(metrics[self.metric])
-    if tf.io.gfile.exists(self.info_path):
-      old = fileio.read_json(self.info_path)
-      if not self._better(value, old["metrics"][self.metric]):
-        return False
-    prefix = fileio.join(self.folder, f"ckpt-{step}")
-    tf.train.Checkpoint(model=self.model).write(prefix)
-    previous = (fileio.read_json(self.info_path)["checkpoint"]
-                if tf.io.gfile.exists(self.info_path) else None)
-    fileio.write_json(self.info_path, {
-        "step": step, "checkpoint": prefix, "metric": self.metric,
-        "mode": self.mode, "metrics": {k: float(v) for k, v in metrics.items()}})
-    if previous and previous != prefix:
-      for path in tf.io.gfile.glob(previous + ".*"):
-        tf.io.gfile.remove(path)
-    logging.info("new best %s %.4f at step %d -> %s", self.metric, value, step,
-                 prefix)
-    return True
-
-
-# What TensorFlow raises in a multi-worker run when a peer is gone or hangs.
-_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                tf.errors.AbortedError)
-
-
-def _build_optimizer(model, strategy, precision, schedule):
-  with strategy.scope():
-    optimizer = optimization.create_optimizer(schedule.total_steps,
-                                              schedule.warmup_steps)
-    if precision == "mixed_float16":
-      optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    # Slots must exist before a restore, or their saved values are skipped.
-    optimizer.build(model.trainable_variables)
-  return optimizer
-
-
-def _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
-                   init_optimizer_state):
-  """Logs where the weights come from; applies INIT_CHECKPOINT on a fresh run
-  (a resumed run is restored by the orbit Controller)."""
-  if resume_from:
-    logging.info("resuming from %s (weights, optimizer, step and data "
-                 "position); INIT_CHECKPOINT is not used", resume_from)
-  elif init_checkpoint:
-    logging.info("initialised %s (INIT_CHECKPOINT)", initialise_from_checkpoint(
-        model, optimizer, init_checkpoint, init_optimizer_state))
-  elif isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
-    logging.info("the encoder starts from HUB_MODULE_URL %s (trainable: %s)",
-                 model.encoder.path, model.encoder.trainable)
-  else:
-    logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
-                    "from random initialisation", model_dir)
-
-
-def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size):
-  """The training input, built once the checkpoint is restored: it starts at
-  the checkpoint's data position, in the order of its data seed."""
-  def build():
-    if int(state.data_seed.numpy()) < 0:
-      state.data_seed.assign(order_lib.resolve_seed(getattr(task, "seed",
-                                                            None)))
-    train_order = pipeline.TrainOrder(
-        seed=int(state.data_seed.numpy()),
-        start=int(state.examples_seen.numpy()),
-        counts_cache=fileio.join(model_dir, "train_record_counts.json"))
-    logging.info("training data: seed %d, starting after %d examples",
-                 train_order.seed, train_order.start)
-    return strategy.distribute_datasets_from_function(
-        lambda ctx: task.build_inputs(
-            "train", ctx, ctx.get_per_replica_batch_size(global_batch_size),
-            train_order=train_order))
-  return build
-
-
-def _roll_back(model, optimizer, state, model_dir, trial, error):
-  """After `error` (trainer_lib.Diverged): the model and optimizer of an
-  intact checkpoint (the newest on the first trial, one older on each
-  further trial); the data position is kept, so training continues past the
-  batches that failed."""
-  candidates = safe_checkpoints.numbered_checkpoints(model_dir)[trial - 1:]
-  path = (safe_checkpoints.latest_intact_checkpoint(
-      model_dir, intact_only_from=candidates) if candidates else None)
-  if path is None:
-    raise ValueError(f"training diverged ({error}) and {model_dir} has no "
-                     "checkpoint to roll back to: lower LEARNING_RATE or check "
-                     "the data") from error
-  tf.train.Checkpoint(model=model, optimizer=optimizer).read(
-      path).expect_partial()
-  state.consecutive_bad_steps.assign(0)
-  logging.error("%s: rolled back to %s (trial %d); data continues after "
-                "example %d", error, path, trial,
-                int(state.examples_seen.numpy()))
-
-
-def _run_loops(run_loops, *, model, optimizer, state, model_dir,
-               recovery_max_trials):
-  """run_loops() until it finishes, rolling back after each divergence, at
-  most recovery_max_trials times."""
-  for trial in range(recovery_max_trials + 1):
-    try:
-      return run_loops()
-    except trainer_lib.Diverged as error:
-      if trial == recovery_max_trials:
-        raise ValueError(
-            f"training diverged again after {recovery_max_trials} roll-backs "
-            f"({error}): lower LEARNING_RATE, raise loss_upper_bound or check "
-            "the data (the skipped steps' records are in the log)") from error
-      _roll_back(model, optimizer, state, model_dir, trial + 1, error)
-  return None
-
-
-def _train(mode, *, model_dir, task, model, strategy, init_checkpoint,
-           init_optimizer_state, precision, trainer_kwargs, schedule,
-           steps_per_loop, checkpoint_interval_steps, max_checkpoints,
-           eval_steps, best_metric, best_mode, eval_before_training,
-           provenance, guard):
-  start_time = time.time()
-  logging.info("schedule: %s", schedule)
-  task.check_training_data()
-  optimizer = _build_optimizer(model, strategy, precision, schedule)
-  state = trainer_lib.TrainingState()
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                   input=state)
-  resume_from = safe_checkpoints.prepare_model_dir(model_dir)
-  manager = safe_checkpoints.VerifiedCheckpointManager(
-      checkpoint, model_dir, max_to_keep=max_checkpoints,
-      checked_variables=model.variables + list(optimizer.variables),
-      hold_periodic_saves=lambda: int(state.consecutive_bad_steps.numpy()) > 0,
-      step_counter=optimizer.iterations,
-      checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
-  _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
-                 init_optimizer_state)
-  trainer = trainer_lib.Trainer(
-      optimizer=optimizer, total_steps=schedule.total_steps, state=state,
-      train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
-                                      trainer_kwargs["global_batch_size"]),
-      loss_upper_bound=guard["loss_upper_bound"],
-      max_consecutive_bad_steps=guard["max_consecutive_bad_steps"],
-      **trainer_kwargs)
-  last = {"train": {}, "eval": {}}
-  operative_written = []
-
-  def on_train_loop(output):
-    last["train"] = output
-    if not operative_written:
-      fileio.write_text(fileio.join(model_dir, "operative_config.gin"),
-                        gin.operative_config_str())
-      operative_written.append(True)
-
-  best = BestCheckpoint(model, fileio.join(model_dir, "best_checkpoint"),
-                        best_metric or task.selection_metric(), best_mode)
-
-  def on_eval(output):
-    last["eval"] = output
-    best.update(int(optimizer.iterations.numpy()), output)
-
-  controller = orbit.Controller(
-      global_step=optimizer.iterations, trainer=trainer,
-      evaluator=trainer if mode == "train_and_eval" else None,
-      strategy=strategy, steps_per_loop=steps_per_loop,
-      checkpoint_manager=manager, summary_interval=steps_per_loop,
-      summary_dir=fileio.join(model_dir, "summaries", "train"),
-      eval_summary_dir=fileio.join(model_dir, "summaries", "eval"),
-      train_actions=[on_train_loop],
-      eval_actions=[on_eval] if mode == "train_and_eval" else None)
-  resumed_step = int(optimizer.iterations.numpy())
-  initial_eval = {}
-  with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
-    try:
-      if eval_before_training and mode == "train_and_eval" and (
-          resumed_step == 0):
-        # The starting point, e.g. MLM accuracy of a randomly initialised model.
-        initial_eval = {k: float(v) for k, v in
-                        trainer.evaluate(eval_steps).items()}
-        logging.info("before training: %s", initial_eval)
-      train_start = time.time()
-      if mode == "train_and_eval":
-        run_loops = lambda: controller.train_and_evaluate(
-            train_steps=schedule.total_steps, eval_steps=eval_steps,
-            eval_interval=schedule.steps_per_epoch)
-      else:
-        run_loops = lambda: controller.train(steps=schedule.total_steps)
-      _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
-                 model_dir=model_dir,
-                 recovery_max_trials=guard["recovery_max_trials"])
-    except _PEER_ERRORS as error:
-      if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        raise
-      resolver = strategy.cluster_resolver
-      raise stop_signals.worker_lost(
-          error, this_task=f"{resolver.task_type} {resolver.task_id}") from None
-    except trainer_lib.Preempted as stop:
-      path = manager.save(checkpoint_number=optimizer.iterations,
-                          check_interval=False) or manager.latest_checkpoint
-      name = signals.received.name if signals.received else "a stop request"
-      raise stop_signals.RunStopped(
-          f"{name} at step {int(optimizer.iterations.numpy())} ({stop}): "
-          f"checkpoint {path} written; run the same command again to resume"
-      ) from None
-  manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
-  task.after_training(model, model_dir)
-  steps_run = int(optimizer.iterations.numpy()) - resumed_step
-  train_seconds = time.time() - train_start
-  summary = {
-      "train_loss": float(last["train"].get("loss", float("nan"))),
-      "last_train_metrics": {k: float(v) for k, v in last["train"].items()},
-      "eval_metrics": {k: float(v) for k, v in last["eval"].items()},
-      "initial_eval_metrics": initial_eval,
-      "total_training_steps": schedule.total_steps,
-      "warmup_steps": schedule.warmup_steps,
-      "steps_this_run": steps_run,
-      "resumed_from_step": resumed_step,
-      "nonfinite_steps": int(state.nonfinite_steps.numpy()),
-      "examples_seen": int(state.examples_seen.numpy()),
-      "global_batch_size": trainer_kwargs["global_batch_size"],
-      "examples_per_second": (steps_run * trainer_kwargs["global_batch_size"]
-                              / train_seconds if steps_run else 0.0),
-      "wall_time_seconds": time.time() - start_time,
-      "selection_metric": task.selection_metric(),
-      "provenance": provenance,
-  }
-  _log_and_write_summary(fileio.join(model_dir, "training_summary.json"),
-                         summary)
-  return summary

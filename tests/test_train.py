@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import bertexp
-from bertexp import checkpoints
 from bertexp import cli
 from bertexp.data import prepare
 from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run

@@ -187,10 +187,13 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     return (stop > 0) | self._diverged()
 
   def _train_loop(self, iterator, num_steps):
-    for _ in tf.range(num_steps):
+    for i in tf.range(num_steps):
       if self._stop_now():
         break
       self.train_step(iterator)
+      if i == 0:   # the loop is compiled and running (a long first wait)
+        tf.print("bertexp: loop running, step", self.global_step,
+                 output_stream=sys.stderr)
 
   def train_loop_begin(self):
     for metric in [self.train_loss, self.gradient_norm] + self.train_metrics:

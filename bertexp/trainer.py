@@ -165,9 +165,12 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
       self._train_iterator = iter(self.train_dataset)
     if self._train_loop_fn is None:
       self._train_loop_fn = tf.function(self._train_loop)
-    self._train_loop_fn(self._train_iterator, num_steps)
-    if bool(self.stop_requested.numpy()):
-      raise Preempted(f"stop requested at step {int(self.global_step.numpy())}")
+    stopped = self._train_loop_fn(self._train_iterator, num_steps)
+    if bool(stopped) and not bool(self._diverged()):
+      # Decided together: in a multi-worker run the signal may have reached
+      # another worker only.
+      raise Preempted("stop requested on this or another worker at step "
+                      f"{int(self.global_step.numpy())}")
     if self._diverged():
       raise Diverged(
           f"{int(self.state.consecutive_bad_steps.numpy())} consecutive steps "
@@ -178,22 +181,26 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   def _diverged(self):
     return self.state.consecutive_bad_steps >= self.max_consecutive_bad_steps
 
-  def _stop_now(self):
+  def _stop_requested_anywhere(self):
     """True on every worker when any worker was asked to stop."""
     stop = tf.cast(self.stop_requested, tf.int32)
     if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
       stop = self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(
           lambda: tf.cast(self.stop_requested, tf.int32)), axis=None)
-    return (stop > 0) | self._diverged()
+    return stop > 0
 
   def _train_loop(self, iterator, num_steps):
+    """Returns True when a stop request ended the loop early."""
+    stopped = tf.constant(False)
     for i in tf.range(num_steps):
-      if self._stop_now():
+      stopped = self._stop_requested_anywhere()
+      if stopped or self._diverged():
         break
       self.train_step(iterator)
       if i == 0:   # the loop is compiled and running (a long first wait)
         tf.print("bertexp: loop running, step", self.global_step,
                  output_stream=sys.stderr)
+    return stopped
 
   def train_loop_begin(self):
     for metric in [self.train_loss, self.gradient_norm] + self.train_metrics:

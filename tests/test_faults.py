@@ -394,3 +394,39 @@ def test_data_that_disagree_with_the_configuration_stop_before_training(
   error = capsys.readouterr().err
   assert bad in error and expected in error, error
   assert not glob.glob(f"{model_dir}/ckpt-*")
+
+
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(run,
+                                                                   tmp_path):
+  from matrix_fixtures import _free_ports
+  model_dir = str(tmp_path / "model")
+  args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
+      '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"']
+  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+  workers = [subprocess.Popen(
+      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
+      stdout=open(logs[i], "w"), stderr=subprocess.STDOUT,
+      env=dict(ENV, TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
+             for i in range(2)]
+  try:
+    deadline = time.time() + 180
+    while "loop running" not in logs[1].read_text():
+      assert workers[1].poll() is None and time.time() < deadline
+      time.sleep(0.2)
+    time.sleep(2)
+    workers[1].send_signal(signal.SIGTERM)   # only the second worker
+    for worker in workers:
+      worker.wait(timeout=120)
+  finally:
+    for worker in workers:
+      worker.kill()
+      worker.wait()
+  outputs = [log.read_text() for log in logs]
+  for worker, output in zip(workers, outputs):
+    assert worker.returncode == stop_signals.EXIT_STATUS, output[-3000:]
+  chief, other = (_checkpoint_steps(model_dir),
+                  _checkpoint_steps(f"{model_dir}/workers/worker_1"))
+  assert chief == other and len(chief) == 1 and chief[0] > 0, (chief, other)
+  assert all(f"at step {chief[0]}" in output for output in outputs)

@@ -130,38 +130,24 @@ def _layer_norm(config, name):
       axis=-1, epsilon=config.layer_norm_eps, dtype="float32", name=name)
 
 
-class _Untracked:
-  """Holds a value out of Keras' checkpoint tracking."""
-
-  def __init__(self, value):
-    self.value = value
-
-
 class Dropout(tf_keras.layers.Layer):
   """Dropout whose masks come from a tf.random.Generator owned by the layer.
 
-  The generator's state is a variable that training checkpoints save
-  (`dropout_generators`), so a resumed run draws exactly the masks an
-  uninterrupted run would (TF's stateful dropout ops restart their sequence
-  in a new process). It is not part of the layer's own checkpoint
-  dependencies: encoder checkpoints (INIT_CHECKPOINT, conversions) hold
-  weights only. Seeded from Python's `random` (bertexp seeds it from SEED);
-  under a distribution strategy each replica draws its own masks.
+  The generator's state is a variable, saved in every training checkpoint,
+  so a resumed run draws exactly the masks an uninterrupted run would (TF's
+  stateful dropout ops restart their sequence in a new process). Seeded from
+  Python's `random` (bertexp seeds it from SEED); under a distribution
+  strategy each replica draws its own masks.
   """
 
   def __init__(self, rate, **kwargs):
     super().__init__(**kwargs)
     self.rate = float(rate)
-    self._generator = _Untracked(None)
-
-  @property
-  def generator(self):
-    return self._generator.value
+    self.generator = None
 
   def build(self, input_shape):
     if self.rate > 0:
-      self._generator = _Untracked(
-          tf.random.Generator.from_seed(random.getrandbits(62)))
+      self.generator = tf.random.Generator.from_seed(random.getrandbits(62))
     super().build(input_shape)
 
   def call(self, x, training=None):
@@ -169,14 +155,6 @@ class Dropout(tf_keras.layers.Layer):
       return x
     seed = self.generator.make_seeds(1)[:, 0]                      # [2]
     return tf.nn.experimental.stateless_dropout(x, self.rate, seed=seed)
-
-
-def dropout_generators(model):
-  """The random generators of `model`'s dropout layers, in a fixed order:
-  what a training checkpoint saves besides the weights."""
-  layers = [m for m in model.submodules if isinstance(m, Dropout)]
-  return [layer.generator for layer in sorted(layers, key=lambda l: l.name)
-          if layer.generator is not None]
 
 
 class Embeddings(tf_keras.layers.Layer):

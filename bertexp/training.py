@@ -12,7 +12,6 @@ import tf_keras
 
 from bertexp import encoders
 from bertexp import fileio
-from bertexp import modeling
 from bertexp import optimization
 from bertexp import orbit_import
 from bertexp import safe_checkpoints
@@ -218,9 +217,8 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   task.check_training_data()
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
-  checkpoint = tf.train.Checkpoint(
-      model=model, optimizer=optimizer, input=state,
-      dropout=modeling.dropout_generators(model))
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   input=state)
   resume_from = safe_checkpoints.prepare_model_dir(model_dir)
   manager = safe_checkpoints.VerifiedCheckpointManager(
       checkpoint, model_dir, max_to_keep=max_checkpoints,

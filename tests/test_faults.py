@@ -92,7 +92,7 @@ def test_sigkill_at_random_moments_then_rerun_ends_bit_identical(run, tmp_path):
   assert "resuming from" in output, (kills, output[-3000:])
   expected, got = _variables(f"{whole}/ckpt-30"), _variables(f"{killed}/ckpt-30")
   assert sorted(expected) == sorted(got)
-  assert any(name.startswith("dropout/") for name in got), sorted(got)
+  assert any("generator" in name for name in got), sorted(got)  # dropout state
   for name in expected:
     np.testing.assert_array_equal(got[name], expected[name],
                                   err_msg=f"{name} after kills at {kills}")

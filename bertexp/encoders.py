@@ -55,7 +55,8 @@ class SavedModelEncoder(tf_keras.layers.Layer):
       return self.saved_model([inputs[k] for k in _INPUTS], training=training)
     return self.saved_model(inputs, training=training)
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, dropout_seed=None):
+    del dropout_seed   # the SavedModel draws its own dropout masks
     inputs = {k: tf.cast(inputs[k], tf.int32) for k in _INPUTS}
     outputs = self._call_saved_model(inputs, bool(training and self.trainable))
     if isinstance(outputs, dict):
@@ -71,10 +72,15 @@ class SavedModelEncoder(tf_keras.layers.Layer):
 
 @gin.configurable(module="bertexp")
 def build_encoder(config: modeling.BertConfig, hub_module_url=None,
-                  hub_module_trainable=True):
+                  hub_module_trainable=True, recompute=False):
   """bertexp's BertEncoder, or the SavedModel at hub_module_url (whose heads
-  still take dropout and initializer_range from `config`)."""
+  still take dropout and initializer_range from `config`). `recompute`
+  recomputes each Transformer block's activations in the backward pass
+  (bertexp's encoder only) to save memory."""
+  if recompute and hub_module_url:
+    raise ValueError("bertexp.build_encoder.recompute needs bertexp's encoder, "
+                     "not HUB_MODULE_URL")
   if hub_module_url:
     return SavedModelEncoder(hub_module_url, config,
                              trainable=hub_module_trainable, name="encoder")
-  return modeling.BertEncoder(config, name="encoder")
+  return modeling.BertEncoder(config, recompute=recompute, name="encoder")

@@ -6,7 +6,6 @@ D = H / N head size, I intermediate size, L number of labels.
 import dataclasses
 import json
 import math
-import random
 
 import tensorflow as tf
 import tf_keras
@@ -130,30 +129,34 @@ def _layer_norm(config, name):
       axis=-1, epsilon=config.layer_norm_eps, dtype="float32", name=name)
 
 
-class Dropout(tf_keras.layers.Layer):
-  """Dropout whose masks come from a tf.random.Generator owned by the layer.
+def fold_seed(seed, salt):
+  """A [2] seed for one random draw from a [2] seed and an int salt (None
+  stays None)."""
+  if seed is None:
+    return None
+  return tf.random.experimental.stateless_fold_in(seed, salt)
 
-  The generator's state is a variable, saved in every training checkpoint,
-  so a resumed run draws exactly the masks an uninterrupted run would (TF's
-  stateful dropout ops restart their sequence in a new process). Seeded from
-  Python's `random` (bertexp seeds it from SEED); under a distribution
-  strategy each replica draws its own masks.
+
+class Dropout(tf_keras.layers.Layer):
+  """Dropout whose mask is a pure function of the seed it is called with.
+
+  bertexp's trainer passes a [2] seed derived from (run seed, step, replica,
+  micro-batch) and every layer folds in its own salt, so a resumed run draws
+  exactly the masks an uninterrupted run would, and a recomputed forward pass
+  (bertexp.build_encoder.recompute) draws the same masks as the first one.
+  Nothing random is stored in the layer: checkpoints hold weights only.
+  Without a seed (a model called outside the trainer) masks are unseeded.
   """
 
   def __init__(self, rate, **kwargs):
     super().__init__(**kwargs)
     self.rate = float(rate)
-    self.generator = None
 
-  def build(self, input_shape):
-    if self.rate > 0:
-      self.generator = tf.random.Generator.from_seed(random.getrandbits(62))
-    super().build(input_shape)
-
-  def call(self, x, training=None):
+  def call(self, x, training=None, seed=None):
     if not training or self.rate == 0:
       return x
-    seed = self.generator.make_seeds(1)[:, 0]                      # [2]
+    if seed is None:
+      return tf.nn.dropout(x, self.rate)
     return tf.nn.experimental.stateless_dropout(x, self.rate, seed=seed)
 
 
@@ -179,7 +182,7 @@ class Embeddings(tf_keras.layers.Layer):
         initializer=_initializer(c))
     super().build(input_shape)
 
-  def call(self, word_ids, type_ids, training=None):
+  def call(self, word_ids, type_ids, training=None, dropout_seed=None):
     seq_length = tf.shape(word_ids)[1]
     x = tf.gather(self.word_embeddings, word_ids)                    # [B, S, H]
     # A one-hot matmul, not a gather: the table has 2 rows, and a gather's
@@ -189,7 +192,7 @@ class Embeddings(tf_keras.layers.Layer):
     x += tf.matmul(one_hot_types, self.type_embeddings)               # [B, S, H]
     x += self.position_embeddings[tf.newaxis, :seq_length]           # [1, S, H]
     x = self.layer_norm(x)
-    return self.dropout(x, training=training)
+    return self.dropout(x, training=training, seed=dropout_seed)
 
 
 class TransformerBlock(tf_keras.layers.Layer):
@@ -223,8 +226,9 @@ class TransformerBlock(tf_keras.layers.Layer):
     x = tf.reshape(x, [b, s, self.num_heads, self.head_size])        # [B, S, N, D]
     return tf.transpose(x, [0, 2, 1, 3])                              # [B, N, S, D]
 
-  def call(self, x, attention_bias, training=None):
+  def call(self, x, attention_bias, training=None, dropout_seed=None):
     # x: [B, S, H]; attention_bias: [B, 1, 1, S], 0 to attend, -10000 to not.
+    # dropout_seed: [2] or None; each of the three dropouts folds in its salt.
     q = self._split_heads(self.query(x))
     k = self._split_heads(self.key(x))
     v = self._split_heads(self.value(x))
@@ -236,17 +240,20 @@ class TransformerBlock(tf_keras.layers.Layer):
     softmax_dtype = tf.bfloat16 if scores.dtype == tf.bfloat16 else tf.float32
     probs = tf.nn.softmax(tf.cast(scores, softmax_dtype) +
                           tf.cast(attention_bias, softmax_dtype))
-    probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training)
+    probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training,
+                                   seed=fold_seed(dropout_seed, 0))
     context = tf.matmul(probs, v)                                    # [B, N, S, D]
     context = tf.transpose(context, [0, 2, 1, 3])                    # [B, S, N, D]
     context = tf.reshape(context, tf.shape(x))                       # [B, S, H]
     attention = self.hidden_dropout(self.attention_output(context),
-                                    training=training)
+                                    training=training,
+                                    seed=fold_seed(dropout_seed, 1))
     x = self.attention_layer_norm(tf.cast(x, tf.float32) +
                                   tf.cast(attention, tf.float32))
     x = tf.cast(x, self.compute_dtype)
     ffn = self.output_dense(self.intermediate(x))                    # [B, S, H]
-    ffn = self.hidden_dropout(ffn, training=training)
+    ffn = self.hidden_dropout(ffn, training=training,
+                              seed=fold_seed(dropout_seed, 2))
     out = self.output_layer_norm(tf.cast(x, tf.float32) +
                                  tf.cast(ffn, tf.float32))
     return tf.cast(out, self.compute_dtype)
@@ -257,11 +264,16 @@ class BertEncoder(tf_keras.Model):
 
   Inputs: `input_word_ids`, `input_mask` (1 = real token), `input_type_ids`.
   Outputs are float32 whatever the mixed-precision policy.
+  With `recompute`, training keeps only each Transformer block's input for
+  the backward pass and recomputes the block's activations there (less
+  memory, about one more forward pass of time); dropout masks are seeded, so
+  the recomputed pass equals the first.
   """
 
-  def __init__(self, config: BertConfig, **kwargs):
+  def __init__(self, config: BertConfig, recompute=False, **kwargs):
     super().__init__(**kwargs)
     self.config = config
+    self.recompute = recompute
     self.embeddings = Embeddings(config, name="embeddings")
     self.blocks = [TransformerBlock(config, name=f"layer_{i}")
                    for i in range(config.num_hidden_layers)]
@@ -269,18 +281,27 @@ class BertEncoder(tf_keras.Model):
         config.hidden_size, activation="tanh",
         kernel_initializer=_initializer(config), name="pooler")
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, dropout_seed=None):
     word_ids = tf.cast(inputs["input_word_ids"], tf.int32)
     mask = tf.cast(inputs["input_mask"], tf.float32)
     type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
-    x = tf.cast(self.embeddings(word_ids, type_ids, training=training),
+    x = tf.cast(self.embeddings(word_ids, type_ids, training=training,
+                                dropout_seed=fold_seed(dropout_seed, 0)),
                 self.compute_dtype)                                  # [B, S, H]
-    for block in self.blocks:
-      x = block(x, attention_bias, training=training)
+    for i, block in enumerate(self.blocks):
+      x = self._run_block(block, x, attention_bias, training,
+                          fold_seed(dropout_seed, i + 1))
     pooled = self.pooler(x[:, 0])                                    # [B, H]
     return {"sequence_output": tf.cast(x, tf.float32),
             "pooled_output": tf.cast(pooled, tf.float32)}
+
+  def _run_block(self, block, x, attention_bias, training, seed):
+    run = lambda x: block(x, attention_bias, training=training,
+                          dropout_seed=seed)
+    if self.recompute and training:
+      return tf.recompute_grad(run)(x)
+    return run(x)
 
   def dummy_inputs(self):
     return dummy_inputs()
@@ -316,9 +337,11 @@ class ClassifierModel(tf_keras.Model):
             stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="classifier")
 
-  def call(self, inputs, training=None):
-    pooled = self.encoder(inputs, training=training)["pooled_output"]  # [B, H]
-    return self.classifier(self.dropout(pooled, training=training))    # [B, L]
+  def call(self, inputs, training=None, dropout_seed=None):
+    pooled = self.encoder(inputs, training=training,
+                          dropout_seed=fold_seed(dropout_seed, 0))["pooled_output"]  # [B, H]
+    return self.classifier(self.dropout(
+        pooled, training=training, seed=fold_seed(dropout_seed, 1)))     # [B, L]
 
   def build_variables(self):
     self(self.encoder.dummy_inputs(), training=False)

@@ -160,7 +160,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                deterministic=False, clip_norm=1.0,
                predict_checkpoint_path=None, eval_steps=-1,
                init_optimizer_state=False, loss_upper_bound=None,
-               max_consecutive_bad_steps=25, recovery_max_trials=3):
+               max_consecutive_bad_steps=25, recovery_max_trials=3,
+               gradient_accumulation_steps=1, pad_to_multiple_of=16):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -179,6 +180,12 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   whose loss is above loss_upper_bound) is skipped and counted; after
   max_consecutive_bad_steps in a row the run rolls back to an intact
   checkpoint and continues past that data, at most recovery_max_trials times.
+  gradient_accumulation_steps K: each optimizer step runs K micro-batches of
+  train_batch_size / K per replica and applies their summed gradients, so
+  train_batch_size stays the effective batch (the paper's) in less memory.
+  pad_to_multiple_of: dynamic padding on CPUs and GPUs: each batch is cut to
+  its longest real sequence rounded up to this multiple (None or 0: every
+  batch keeps max_seq_length; TPUs always do).
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -228,7 +235,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   trainer_kwargs = dict(task=task, model=model, strategy=strategy,
                         global_batch_size=train_batch_size,
                         eval_batch_size=eval_batch_size, clip_norm=clip_norm,
-                        jit_compile=jit_compile)
+                        jit_compile=jit_compile,
+                        pad_to_multiple_of=pad_to_multiple_of)
   if mode in ("eval", "predict"):
     with strategy.scope():
       optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
@@ -256,7 +264,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 init_checkpoint=init_checkpoint,
                 init_optimizer_state=init_optimizer_state,
                 initialise=initialise_from_checkpoint, precision=precision,
-                trainer_kwargs=trainer_kwargs,
+                trainer_kwargs=dict(
+                    trainer_kwargs,
+                    gradient_accumulation_steps=gradient_accumulation_steps),
                 schedule=schedule,
                 steps_per_loop=steps_per_loop,
                 checkpoint_interval_steps=checkpoint_interval_steps,

@@ -26,7 +26,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import modeling
 from bertexp import orbit_import
+from bertexp.data import pipeline
 
 orbit = orbit_import.orbit
 
@@ -55,6 +57,21 @@ def _gather_replicas(value):
   summed = context.all_reduce(tf.distribute.ReduceOp.SUM, spread)
   merged = tf.reshape(summed, tf.concat([[-1], tf.shape(value)[1:]], 0))
   return tf.cast(merged, value.dtype)
+
+
+def _concatenate_batches(arrays):
+  """Per-batch arrays [B, ...] -> one array. With dynamic padding, per-token
+  outputs [B, L, ...] differ in L: shorter ones are padded to the longest
+  (-inf for floats, e.g. span logits no answer can start at; 0 otherwise)."""
+  width = max(a.shape[1] if a.ndim > 1 else 0 for a in arrays)
+  padded = []
+  for a in arrays:
+    if a.ndim > 1 and a.shape[1] < width:
+      fill = -np.inf if np.issubdtype(a.dtype, np.floating) else 0
+      pad = [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
+      a = np.pad(a, pad, constant_values=fill)
+    padded.append(a)
+  return np.concatenate(padded)
 
 
 class Preempted(Exception):
@@ -119,14 +136,36 @@ def global_batch_loss(task, labels, outputs, totals):
       tf.maximum(totals[name], 1e-12) for name in sorted(numerators)])
 
 
+def check_accumulation(global_batch_size, accumulation_steps, replicas):
+  """Raises ValueError unless the global batch splits into
+  `accumulation_steps` equal micro-batches on each of `replicas`."""
+  if not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+    raise ValueError("gradient_accumulation_steps must be a positive integer, "
+                     f"got {accumulation_steps!r}")
+  if global_batch_size % (accumulation_steps * replicas):
+    raise ValueError(
+        f"TRAIN_BATCH_SIZE {global_batch_size} does not split into "
+        f"GRADIENT_ACCUMULATION_STEPS {accumulation_steps} micro-batches on "
+        f"each of {replicas} replica(s): it must be a multiple of "
+        f"{accumulation_steps * replicas}")
+
+
 class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
   def __init__(self, *, task, model, optimizer, strategy, global_batch_size,
                eval_batch_size, total_steps, clip_norm=1.0, jit_compile=False,
                train_dataset=None, state=None, loss_upper_bound=None,
-               max_consecutive_bad_steps=25):
+               max_consecutive_bad_steps=25, gradient_accumulation_steps=1,
+               pad_to_multiple_of=None):
+    check_accumulation(global_batch_size, gradient_accumulation_steps,
+                       strategy.num_replicas_in_sync)
     self.task, self.model, self.optimizer = task, model, optimizer
+    self.accumulation_steps = gradient_accumulation_steps
+    # Dynamic padding, except on TPUs: they need static shapes.
+    tpu = isinstance(strategy, (tf.distribute.TPUStrategy,
+                                tf.distribute.experimental.TPUStrategy))
+    self.pad_to_multiple_of = None if tpu else pad_to_multiple_of
     self.strategy = strategy
     self.global_batch_size = global_batch_size
     self.eval_batch_size = eval_batch_size
@@ -209,6 +248,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
 
   def _replica_step(self, features, labels):
     """One replica's part of a train step (see the module docstring)."""
+    features = self._trim(features)
     context = tf.distribute.get_replica_context()
     replicas = self.strategy.num_replicas_in_sync
     # Loss denominators over the global batch: from the labels alone, so
@@ -217,7 +257,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
               for name, weights in self.task.loss_weights(labels).items()}
     if replicas > 1:
       totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
-    loss, grads, outputs = self._gradient_fn(features, labels, totals)
+    loss, grads = self._batch_gradients(features, labels, totals,
+                                        self._dropout_seed(context))
     variables = [v for g, v in zip(grads, self.model.trainable_variables)
                  if g is not None]
     grads = [g for g in grads if g is not None]   # e.g. the pooler in QA
@@ -252,10 +293,57 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
                                  tf.cast(good, tf.float32))
     self.gradient_norm.update_state(tf.where(good, norm, 0.0),
                                     tf.cast(good, tf.float32))
-    self.task.update_train_metrics(self.train_metrics, labels, outputs)
     return tf.logical_not(good)
 
-  def _gradients(self, features, labels, totals):
+  def _dropout_seed(self, context):
+    """[2] seed of this step's dropout masks on this replica: a function of
+    the run's seed, the step and the replica, so a resumed run draws the
+    masks an uninterrupted one would."""
+    seed = tf.stack([self.state.data_seed,
+                     tf.cast(self.global_step, tf.int64)])
+    return modeling.fold_seed(seed, context.replica_id_in_sync_group)
+
+  def _batch_gradients(self, features, labels, totals, seed):
+    """(loss share, gradients) of this replica's batch; updates the train
+    metrics. With accumulation the batch runs as K micro-batches in a
+    sequential loop, their gradients summed in float32 (dense); micro-batch
+    0 runs first, outside the loop, which tells the None gradients."""
+    k = self.accumulation_steps
+    if k == 1:
+      loss, grads, outputs = self._gradient_fn(features, labels, totals, seed)
+      self.task.update_train_metrics(self.train_metrics, labels, outputs)
+      return loss, grads
+    split = lambda t: tf.reshape(t, tf.concat([[k, -1], tf.shape(t)[1:]], 0))
+    micro_features = tf.nest.map_structure(split, features)   # [K, B/K, ...]
+    micro_labels = tf.nest.map_structure(split, labels)
+
+    def micro_batch(i):
+      pick = lambda t: t[i]
+      f = tf.nest.map_structure(pick, micro_features)
+      l = tf.nest.map_structure(pick, micro_labels)
+      loss, grads, outputs = self._gradient_fn(
+          f, l, totals, modeling.fold_seed(seed, i))
+      self.task.update_train_metrics(self.train_metrics, l, outputs)
+      return loss, grads
+
+    loss, first = micro_batch(0)
+    present = [i for i, g in enumerate(first) if g is not None]
+    dense = lambda grads: [tf.cast(tf.convert_to_tensor(grads[i]), tf.float32)
+                           for i in present]
+
+    def body(i, loss, sums):
+      micro_loss, grads = micro_batch(i)
+      return i + 1, loss + micro_loss, [a + g for a, g in zip(sums, dense(grads))]
+
+    _, loss, sums = tf.while_loop(
+        lambda i, *_: i < k, body, (tf.constant(1), loss, dense(first)),
+        parallel_iterations=1)   # one micro-batch's activations at a time
+    grads = [None] * len(first)
+    for i, total in zip(present, sums):
+      grads[i] = total
+    return loss, grads
+
+  def _gradients(self, features, labels, totals, dropout_seed):
     """This replica's loss share and gradients, with no cross-replica op (so
     it compiles with XLA, as on a TPU). Returns (loss, grads, outputs); a
     variable that does not reach the loss has a None gradient."""
@@ -263,7 +351,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
                          tf_keras.mixed_precision.LossScaleOptimizer)
     variables = self.model.trainable_variables
     with tf.GradientTape() as tape:
-      outputs = self.model(features, training=True)
+      outputs = self.model(features, training=True, dropout_seed=dropout_seed)
       loss = global_batch_loss(self.task, labels, outputs, totals)
       scaled = self.optimizer.get_scaled_loss(loss) if scaling else loss
     grads = tape.gradient(scaled, variables)
@@ -324,7 +412,20 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
               split, ctx, ctx.get_per_replica_batch_size(self.eval_batch_size)))
     return self._eval_datasets[split]
 
+  def _trim(self, features, same_on_every_replica=False):
+    """Dynamic padding (see `bertexp.data.pipeline.trimmed_length`)."""
+    if not self.pad_to_multiple_of:
+      return features
+    length = pipeline.trimmed_length(features["input_mask"],
+                                     self.pad_to_multiple_of)
+    if same_on_every_replica and self.strategy.num_replicas_in_sync > 1:
+      # Gathered per-token outputs need one length on every replica.
+      length = tf.cast(tf.reduce_max(
+          _gather_replicas(tf.reshape(length, [1]))), tf.int32)
+    return pipeline.trim_to(features, length)
+
   def _eval_replica_step(self, features, labels):
+    features = self._trim(features, same_on_every_replica=True)
     outputs = self.model(features, training=False)
     per_example = dict(self.task.eval_outputs(features, labels, outputs))
     if "position" in features:
@@ -349,7 +450,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
         # After all_gather the first local replica holds the global batch.
         local = self.strategy.experimental_local_results(value)[0]
         gathered.setdefault(key, []).append(local.numpy())
-    gathered = {k: np.concatenate(v) for k, v in gathered.items()}
+    gathered = {k: _concatenate_batches(v) for k, v in gathered.items()}
     if "position" in gathered:
       # Back to the eval set's order (padding, position -1, first).
       order = np.argsort(gathered["position"], kind="stable")

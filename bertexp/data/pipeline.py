@@ -235,5 +235,21 @@ def padding_element(seq_length, label_dtype, num_labels=1,
   return features, labels
 
 
+def trimmed_length(input_mask, multiple):
+  """Dynamic padding's length for a batch: its longest real sequence
+  (input_mask [B, S]) rounded up to a multiple of `multiple`, at most S and
+  at least `multiple`."""
+  longest = tf.reduce_max(tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=1))
+  rounded = (longest + multiple - 1) // multiple * multiple
+  return tf.minimum(tf.shape(input_mask)[1], tf.maximum(rounded, multiple))
+
+
+def trim_to(features, length):
+  """features with every [B, S] model input cut to [B, length]. Padded
+  positions are masked out of attention, so no real position's output
+  changes: a batch of short sentences costs short-sentence compute."""
+  return dict(features, **{k: features[k][:, :length] for k in MODEL_INPUTS})
+
+
 def eval_steps(num_examples, global_batch_size):
   return max(1, math.ceil(num_examples / global_batch_size))

@@ -46,9 +46,9 @@ class PretrainingModel(tf_keras.Model):
     self.nsp_head = tf_keras.layers.Dense(2, kernel_initializer=init(),
                                           dtype="float32", name="nsp_head")
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, dropout_seed=None):
     encoded = self.encoder({k: inputs[k] for k in pipeline.MODEL_INPUTS},
-                           training=training)
+                           training=training, dropout_seed=dropout_seed)
     masked = tf.gather(encoded["sequence_output"], inputs["masked_lm_positions"],
                        batch_dims=1)                                   # [B, P, H]
     hidden = self.mlm_layer_norm(self.mlm_transform(masked))          # [B, P, H]

@@ -33,8 +33,9 @@ class SpanModel(tf_keras.Model):
             stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="span_head")
 
-  def call(self, inputs, training=None):
-    sequence = self.encoder(inputs, training=training)["sequence_output"]
+  def call(self, inputs, training=None, dropout_seed=None):
+    sequence = self.encoder(inputs, training=training,
+                            dropout_seed=dropout_seed)["sequence_output"]
     return self.span_head(sequence)                                  # [B, S, 2]
 
   def build_variables(self):

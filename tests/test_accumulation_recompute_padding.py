@@ -1,0 +1,217 @@
+"""Gradient accumulation, activation recompute and dynamic padding, on 1 and 2
+replicas: each must give the weights, gradients or eval outputs of the plain
+run."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from bertexp import encoders
+from bertexp import modeling
+from bertexp import optimization
+from bertexp import strategy as strategy_lib
+from bertexp import trainer as trainer_lib
+from bertexp.data import pipeline
+from bertexp.tasks import classification
+from conftest import TINY_CONFIG
+from conftest import prepare_tiny_sst2_run
+
+BATCH = 8
+
+
+def _task(tmp_path, vocab, dropout):
+  config = tmp_path / f"config_{dropout}.json"
+  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=dropout,
+                                    attention_probs_dropout_prob=dropout)))
+  paths = prepare_tiny_sst2_run(str(tmp_path / f"exp_{dropout}"), vocab,
+                                str(config))
+  return classification.ClassificationTask(
+      bert_config_file=str(config), meta_data_path=paths["INPUT_META_DATA_PATH"],
+      train_data_path=paths["TRAIN_DATA_PATH"],
+      eval_data_path=paths["EVAL_DATA_PATH"], shuffle_buffer_size=0,
+      dropout_rate=dropout, seed=1)
+
+
+def _strategy(replicas):
+  return (strategy_lib.make_strategy("default") if replicas == 1 else
+          strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
+
+
+def _trainer(task, replicas, *, accumulation=1, jit_compile=False,
+             make_optimizer=None, total_steps=20, pad_to_multiple_of=None):
+  strategy = _strategy(replicas)
+  tf_keras.utils.set_random_seed(3)      # the same encoder weights each time
+  with strategy.scope():
+    model = task.build_model()
+    optimizer = (make_optimizer or (lambda: optimization.create_optimizer(
+        total_steps, 4, learning_rate=1e-3)))()
+    optimizer.build(model.trainable_variables)
+  dataset = strategy.distribute_datasets_from_function(
+      lambda ctx: task.build_inputs("train", ctx,
+                                    ctx.get_per_replica_batch_size(BATCH)))
+  return trainer_lib.Trainer(
+      task=task, model=model, optimizer=optimizer, strategy=strategy,
+      global_batch_size=BATCH, eval_batch_size=BATCH, total_steps=total_steps,
+      train_dataset=dataset, jit_compile=jit_compile,
+      gradient_accumulation_steps=accumulation,
+      pad_to_multiple_of=pad_to_multiple_of)
+
+
+def _train_with_lr_trace(trainer, steps):
+  trace = []
+  for _ in range(steps):
+    trace.append(float(trainer.current_learning_rate()))
+    trainer.train(tf.constant(1))
+  return trace
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_four_micro_batches_give_the_weights_of_one_batch(replicas, tmp_path,
+                                                         tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  plain = _trainer(task, replicas)
+  accumulated = _trainer(task, replicas, accumulation=4)
+  start = [v.numpy() for v in plain.model.trainable_variables]
+  for v, value in zip(accumulated.model.trainable_variables, start):
+    np.testing.assert_array_equal(v.numpy(), value)   # same starting point
+  plain_lr = _train_with_lr_trace(plain, 20)
+  accumulated_lr = _train_with_lr_trace(accumulated, 20)
+  assert accumulated_lr == plain_lr                    # optimizer steps count
+  assert int(accumulated.global_step.numpy()) == 20
+  assert int(accumulated.state.examples_seen.numpy()) == 20 * BATCH
+  moved = 0
+  for p, a, s in zip(plain.model.trainable_variables,
+                     accumulated.model.trainable_variables, start):
+    np.testing.assert_allclose(a.numpy(), p.numpy(), atol=1e-5, err_msg=p.name)
+    moved += not np.allclose(p.numpy(), s, atol=1e-6)
+  # Every weight trained but the attention key biases (a softmax does not
+  # see a shift: their gradient is zero).
+  assert moved == len(start) - TINY_CONFIG["num_hidden_layers"]
+
+
+def test_a_batch_that_does_not_split_into_micro_batches_is_an_error(
+    tmp_path, tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  with pytest.raises(ValueError, match="TRAIN_BATCH_SIZE 8 does not split "
+                     "into GRADIENT_ACCUMULATION_STEPS 3 .* multiple of 6"):
+    _trainer(task, 2, accumulation=3)
+
+
+def test_float16_overflow_in_a_micro_batch_skips_the_whole_update(
+    tmp_path, tiny_vocab):
+  tf_keras.mixed_precision.set_global_policy("mixed_float16")
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  overflow = 2.0 ** 40
+  trainer = _trainer(task, 2, accumulation=2, make_optimizer=lambda: (
+      tf_keras.mixed_precision.LossScaleOptimizer(
+          tf_keras.optimizers.SGD(0.1), initial_scale=overflow)))
+  before = [v.numpy() for v in trainer.model.trainable_variables]
+  trainer.train(tf.constant(1))
+  for old, variable in zip(before, trainer.model.trainable_variables):
+    np.testing.assert_array_equal(variable.numpy(), old, err_msg=variable.name)
+  assert float(trainer.optimizer.loss_scale) == overflow / 2
+  assert int(trainer.state.nonfinite_steps.numpy()) == 1
+
+
+def _gradients(task, model, features, labels, seed):
+  with tf.GradientTape() as tape:
+    logits = model(features, training=True, dropout_seed=seed)
+    loss = tf.reduce_mean(task.per_example_loss(labels, logits))
+  return loss, tape.gradient(loss, model.trainable_variables)
+
+
+def _classifier(config_path, recompute):
+  tf_keras.utils.set_random_seed(5)
+  encoder = encoders.build_encoder(
+      modeling.BertConfig.from_json_file(config_path), recompute=recompute)
+  return modeling.ClassifierModel(encoder, 2, dropout_rate=0.1,
+                                  seed=1).build_variables()
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_recompute_gives_the_same_gradients_with_dropout_on(
+    jit_compile, tmp_path, tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.3)
+  features, labels = next(iter(task.build_inputs("train", None, BATCH)))
+  seed = tf.constant([7, 11], tf.int64)
+  results = []
+  for recompute in (False, True):
+    model = _classifier(task.bert_config_file, recompute)
+    run = tf.function(lambda f, l, s, model=model: _gradients(task, model, f,
+                                                              l, s),
+                      jit_compile=jit_compile)
+    results.append(run(features, labels, seed))
+  (plain_loss, plain), (recomputed_loss, recomputed) = results
+  assert float(recomputed_loss) == pytest.approx(float(plain_loss), abs=1e-6)
+  for g, r in zip(plain, recomputed):
+    np.testing.assert_allclose(tf.convert_to_tensor(r).numpy(),
+                               tf.convert_to_tensor(g).numpy(), atol=1e-5)
+  # Dropout is on: another seed gives another loss.
+  other_model = _classifier(task.bert_config_file, True)
+  other = tf.function(lambda f, l, s: _gradients(task, other_model, f, l, s))
+  assert abs(float(other(features, labels, seed + 1)[0]) -
+             float(plain_loss)) > 1e-4
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_training_with_recompute_gives_the_weights_of_training_without(
+    replicas, tmp_path, tiny_vocab):
+  """Dropout on, the trainer's seeded masks (2 replicas: XLA-compiled
+  gradients): 3 steps, same weights."""
+  task = _task(tmp_path, tiny_vocab, dropout=0.3)
+  weights = []
+  for recompute in (False, True):
+    trainer = _trainer(task, replicas, jit_compile=replicas == 2)
+    trainer.state.data_seed.assign(4)
+    trainer.model.encoder.recompute = recompute   # read when traced
+    trainer.train(tf.constant(3))
+    weights.append([v.numpy() for v in trainer.model.trainable_variables])
+  for plain, recomputed in zip(*weights):
+    np.testing.assert_allclose(recomputed, plain, atol=1e-5)
+
+
+def test_trimmed_length_is_the_longest_sequence_rounded_up():
+  mask = lambda *lengths: tf.sequence_mask(lengths, 16, tf.int32)
+  assert int(pipeline.trimmed_length(mask(3, 5), 4)) == 8
+  assert int(pipeline.trimmed_length(mask(3, 8), 4)) == 8
+  assert int(pipeline.trimmed_length(mask(3, 15), 8)) == 16   # at most S
+  assert int(pipeline.trimmed_length(mask(0, 0), 4)) == 4     # eval filler
+  features = {"input_word_ids": mask(3, 5) * 7, "input_mask": mask(3, 5),
+              "input_type_ids": mask(3, 5) * 0, "label": tf.constant([1, 0])}
+  trimmed = pipeline.trim_to(features, 8)
+  assert trimmed["input_word_ids"].shape == (2, 8)
+  assert trimmed["label"] is features["label"]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_dynamic_padding_keeps_eval_outputs_and_metrics(replicas, tmp_path,
+                                                        tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  features, _ = next(iter(task.build_inputs("eval", None, BATCH)))
+  assert int(pipeline.trimmed_length(features["input_mask"], 4)) < 16  # bites
+  full = _trainer(task, replicas).gather("eval")
+  dynamic = _trainer(task, replicas, pad_to_multiple_of=4).gather("eval")
+  assert sorted(full) == sorted(dynamic)
+  for key in full:
+    np.testing.assert_allclose(dynamic[key], full[key], atol=1e-5, err_msg=key)
+  full_metrics = task.finalize_eval(full)
+  assert task.finalize_eval(dynamic) == pytest.approx(full_metrics, abs=1e-6)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_dynamic_padding_keeps_the_train_step(replicas, tmp_path, tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  sgd = lambda: tf_keras.optimizers.SGD(1.0)
+  full = _trainer(task, replicas, make_optimizer=sgd)
+  dynamic = _trainer(task, replicas, make_optimizer=sgd, pad_to_multiple_of=4)
+  full_logs = full.train(tf.constant(1))
+  dynamic_logs = dynamic.train(tf.constant(1))
+  assert float(dynamic_logs["loss"]) == pytest.approx(float(full_logs["loss"]),
+                                                      abs=1e-6)
+  assert float(dynamic_logs["gradient_norm"]) == pytest.approx(
+      float(full_logs["gradient_norm"]), rel=1e-5)
+  for f, d in zip(full.model.trainable_variables,
+                  dynamic.model.trainable_variables):
+    np.testing.assert_allclose(d.numpy(), f.numpy(), atol=1e-5, err_msg=f.name)

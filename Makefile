@@ -114,8 +114,17 @@ test: setup
 	$(PY) tools/demo_data.py fetch
 	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
-bench: setup
+# The Hugging Face PyTorch reference of tools/bench_vs_hf.py, in its own venv.
+HF_VENV := .cache/bench_hf
+$(HF_VENV)/.installed:
+	$(PYTHON) -m venv $(HF_VENV)
+	$(HF_VENV)/bin/pip install -q torch==2.13.0 transformers==4.57.1
+	touch $@
+
+bench: demo-data $(HF_VENV)/.installed
 	$(PY) tools/bench.py
+	$(PY) tools/bench_memory.py
+	$(PY) tools/bench_vs_hf.py
 
 clean:
 	rm -rf runs .pytest_cache

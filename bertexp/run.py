@@ -11,6 +11,7 @@ from bertexp import encoders
 from bertexp import export as export_lib
 from bertexp import fileio
 from bertexp import modeling
+from bertexp import planning
 from bertexp import provenance as provenance_lib
 from bertexp import orbit_import
 from bertexp import safe_checkpoints
@@ -161,7 +162,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                predict_checkpoint_path=None, eval_steps=-1,
                init_optimizer_state=False, loss_upper_bound=None,
                max_consecutive_bad_steps=25, recovery_max_trials=3,
-               gradient_accumulation_steps=1, pad_to_multiple_of=16):
+               gradient_accumulation_steps=1, pad_to_multiple_of=16,
+               group_by_length=False):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -185,7 +187,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   train_batch_size stays the effective batch (the paper's) in less memory.
   pad_to_multiple_of: dynamic padding on CPUs and GPUs: each batch is cut to
   its longest real sequence rounded up to this multiple (None or 0: every
-  batch keeps max_seq_length; TPUs always do).
+  batch keeps max_seq_length; TPUs always do). group_by_length: training
+  batches of similar lengths (Hugging Face's semantics; it changes which
+  examples share a batch, so it is off by default).
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -195,8 +199,17 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                              warmup_fraction, train_steps) if mode in (
                                  "train", "train_and_eval", "plan") else None
   if mode == "plan":         # what a run would do, without running it
-    return dict(dataclasses.asdict(schedule), global_batch_size=train_batch_size,
-                train_data_size=task.num_train_examples(), seed=seed)
+    memory, lines = planning.memory_report(
+        task, train_batch_size=train_batch_size,
+        accumulation_steps=gradient_accumulation_steps)
+    result = dict(dataclasses.asdict(schedule), **memory,
+                  global_batch_size=train_batch_size,
+                  train_data_size=task.num_train_examples(), seed=seed)
+    print(f"schedule: {schedule.total_steps} steps of {train_batch_size} "
+          f"examples ({schedule.steps_per_epoch} per evaluation, warmup "
+          f"{schedule.warmup_steps})", flush=True)
+    print("\n".join(lines), flush=True)
+    return result
   if cpu_threads:
     # Before any TF runtime work. Thread counts change CPU reduction order,
     # so a run reproduces bit for bit only with the same setting.
@@ -273,6 +286,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 max_checkpoints=max_checkpoints, eval_steps=eval_steps,
                 best_metric=best_metric, best_mode=best_mode,
                 eval_before_training=eval_before_training,
+                group_by_length=group_by_length,
                 guard=dict(loss_upper_bound=loss_upper_bound,
                            max_consecutive_bad_steps=max_consecutive_bad_steps,
                            recovery_max_trials=recovery_max_trials),

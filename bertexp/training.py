@@ -95,7 +95,8 @@ def _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
                     "from random initialisation", model_dir)
 
 
-def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size):
+def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size,
+                      group_by_length=False):
   """The training input, built once the checkpoint is restored: it starts at
   the checkpoint's data position, in the order of its data seed."""
   def build():
@@ -105,7 +106,8 @@ def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size):
     train_order = pipeline.TrainOrder(
         seed=int(state.data_seed.numpy()),
         start=int(state.examples_seen.numpy()),
-        counts_cache=fileio.join(model_dir, "train_record_counts.json"))
+        counts_cache=fileio.join(model_dir, "train_record_counts.json"),
+        group_by_length=group_by_length)
     logging.info("training data: seed %d, starting after %d examples",
                  train_order.seed, train_order.start)
     return strategy.distribute_datasets_from_function(
@@ -208,7 +210,7 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
           init_optimizer_state, initialise, precision, trainer_kwargs,
           schedule, steps_per_loop, checkpoint_interval_steps,
           max_checkpoints, eval_steps, best_metric, best_mode,
-          eval_before_training, provenance, guard):
+          eval_before_training, provenance, guard, group_by_length=False):
   """Trains (mode "train" or "train_and_eval") and returns the Training
   Summary; `initialise(model, optimizer, path, with_optimizer)` applies
   INIT_CHECKPOINT on a fresh run."""
@@ -231,7 +233,8 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   trainer = trainer_lib.Trainer(
       optimizer=optimizer, total_steps=schedule.total_steps, state=state,
       train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
-                                      trainer_kwargs["global_batch_size"]),
+                                      trainer_kwargs["global_batch_size"],
+                                      group_by_length),
       loss_upper_bound=guard["loss_upper_bound"],
       max_consecutive_bad_steps=guard["max_consecutive_bad_steps"],
       **trainer_kwargs)

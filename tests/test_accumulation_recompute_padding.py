@@ -215,3 +215,32 @@ def test_dynamic_padding_keeps_the_train_step(replicas, tmp_path, tiny_vocab):
   for f, d in zip(full.model.trainable_variables,
                   dynamic.model.trainable_variables):
     np.testing.assert_allclose(d.numpy(), f.numpy(), atol=1e-5, err_msg=f.name)
+
+
+def _stream(task, batches, **order):
+  """(record_index, length) of the first `batches` batches of 2."""
+  dataset = task.build_inputs("train", None, 2,
+                              train_order=pipeline.TrainOrder(seed=5, **order))
+  rows = []
+  for features, _ in dataset.take(batches):
+    lengths = features["input_mask"].numpy().sum(1)
+    rows.extend(zip(features["record_index"].numpy().tolist(),
+                    lengths.tolist()))
+  return rows
+
+
+def test_group_by_length_sorts_each_megabatch_and_resumes_exactly(
+    tmp_path, tiny_vocab):
+  task = _task(tmp_path, tiny_vocab, dropout=0.0)
+  megabatch = pipeline.MEGABATCH_BATCHES * 2
+  plain = _stream(task, 2 * pipeline.MEGABATCH_BATCHES)
+  grouped = _stream(task, 2 * pipeline.MEGABATCH_BATCHES, group_by_length=True)
+  for first in (0, megabatch):
+    part, same = grouped[first:first + megabatch], plain[first:first + megabatch]
+    assert sorted(part) == sorted(same)           # the same examples...
+    lengths = [length for _, length in part]
+    assert lengths == sorted(lengths, reverse=True)   # ...longest first
+    assert lengths[0] > lengths[-1]
+  # A resumed run (60 examples in, mid-megabatch) continues the same order.
+  resumed = _stream(task, 40, group_by_length=True, start=60)
+  assert resumed == grouped[60:140]

@@ -120,10 +120,36 @@ def list_files(file_pattern):
 class TrainOrder:
   """Where the training stream starts: `start` examples of the global stream
   already consumed, in the order drawn from `seed`. `counts_cache`: a JSON
-  file (in MODEL_DIR) keeping the files' record counts across restarts."""
+  file (in MODEL_DIR) keeping the files' record counts across restarts.
+  `group_by_length`: see `group_by_length`."""
   seed: int = 0
   start: int = 0
   counts_cache: str = None
+  group_by_length: bool = False
+
+
+# Hugging Face's group_by_length: megabatches of 50 global batches.
+MEGABATCH_BATCHES = 50
+
+
+def group_by_length(records, decode_batch, megabatch, start):
+  """Length-grouped order (Hugging Face's `group_by_length`): the shuffled
+  record stream cut into megabatches of `megabatch` examples counted from
+  the stream's beginning, each decoded and sorted by real length
+  (input_mask), longest first, so consecutive batches hold similar lengths
+  and dynamic padding cuts more. `records` must start at the megabatch
+  boundary at or before `start`; the examples before `start` are dropped,
+  so a resumed run continues the uninterrupted run's order. Returns single
+  decoded (features, labels) examples."""
+  def decode_sorted(batch):
+    features, labels = decode_batch(batch)
+    lengths = tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), 1)
+    order = tf.argsort(-lengths, stable=True)
+    take = lambda t: tf.gather(t, order)
+    return (tf.nest.map_structure(take, features),
+            tf.nest.map_structure(take, labels))
+  dataset = records.batch(megabatch).map(decode_sorted).unbatch()
+  return dataset.skip(start % megabatch)
 
 
 def training_batches(file_pattern, decode, *, batch_size, input_context=None,
@@ -135,20 +161,29 @@ def training_batches(file_pattern, decode, *, batch_size, input_context=None,
   files = list_files(file_pattern)
   counts = order_lib.count_records(files, train_order.counts_cache)
   index_dtype = tf.int32 if sum(counts) < 2 ** 31 else tf.int64
+  replicas = input_context.num_replicas_in_sync if input_context else 1
+  megabatch = MEGABATCH_BATCHES * batch_size * replicas
+  start = train_order.start
+  if train_order.group_by_length:
+    start -= start % megabatch
   dataset = order_lib.training_records(
       files, counts, seed=train_order.seed, window=shuffle_window,
-      start=train_order.start)
-  if input_context and input_context.num_input_pipelines > 1:
-    dataset = dataset.shard(input_context.num_input_pipelines,
-                            input_context.input_pipeline_id)
+      start=start)
 
   def decode_batch(batch):
     features, labels = decode(batch["record"])
     features["record_index"] = tf.cast(batch["record_index"], index_dtype)
     return features, labels
+  if train_order.group_by_length:   # grouped over the global stream
+    dataset = group_by_length(dataset, decode_batch, megabatch,
+                              train_order.start)
+  if input_context and input_context.num_input_pipelines > 1:
+    dataset = dataset.shard(input_context.num_input_pipelines,
+                            input_context.input_pipeline_id)
   dataset = dataset.batch(batch_size, drop_remainder=True)
-  dataset = dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE,
-                        deterministic=True)
+  if not train_order.group_by_length:
+    dataset = dataset.map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 

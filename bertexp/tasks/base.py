@@ -102,6 +102,11 @@ class Task(abc.ABC):
   def num_train_examples(self) -> int:
     return 0
 
+  def model_shape(self):
+    """(BertConfig, max_seq_length, bertexp.memory_plan.Head): what the
+    memory plan of --mode=plan needs, read without building the model."""
+    raise NotImplementedError
+
   def selection_metric(self) -> str:
     """The metric that selects the best checkpoint and sweep configuration."""
     return "loss"

@@ -9,6 +9,7 @@ import tf_keras
 from bertexp import encoders
 from bertexp import fileio
 from bertexp import metrics
+from bertexp import memory_plan
 from bertexp import modeling
 from bertexp.data import pipeline
 from bertexp.tasks import base
@@ -104,6 +105,11 @@ class ClassificationTask(base.Task):
     return modeling.ClassifierModel(encoder, self.num_labels, dropout,
                                     seed=self.seed,
                                     name="classifier_model").build_variables()
+
+  def model_shape(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    return (config, self.meta["max_seq_length"],
+            memory_plan.Head.classifier(config, self.num_labels))
 
   # -- data ----------------------------------------------------------------
   def split_path(self, split):

@@ -23,6 +23,7 @@ import tf_keras
 from bertexp import checkpoints
 from bertexp import encoders
 from bertexp import fileio
+from bertexp import memory_plan
 from bertexp import modeling
 from bertexp.data import pipeline
 from bertexp.tasks import base
@@ -106,6 +107,11 @@ class PretrainingTask(base.Task):
     self.seq = self.meta["max_seq_length"]
     self.predictions = self.meta["max_predictions_per_seq"]
     self._eval_size = None
+
+  def model_shape(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    return (config, self.seq,
+            memory_plan.Head.masked_lm(config, self.predictions))
 
   def build_model(self):
     config = modeling.BertConfig.from_json_file(self.bert_config_file)

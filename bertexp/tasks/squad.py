@@ -13,6 +13,7 @@ import tf_keras
 
 from bertexp import encoders
 from bertexp import fileio
+from bertexp import memory_plan
 from bertexp import modeling
 from bertexp import squad_answers
 from bertexp import squad_metrics
@@ -77,6 +78,11 @@ class QuestionAnsweringTask(base.Task):
     config = modeling.BertConfig.from_json_file(self.bert_config_file)
     encoder = encoders.build_encoder(config)
     return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
+
+  def model_shape(self):
+    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    seq = self.meta["max_seq_length"]
+    return config, seq, memory_plan.Head.span(config, seq)
 
   def _eval_data(self):
     if self._eval is None:

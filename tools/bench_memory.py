@@ -1,0 +1,117 @@
+"""`make bench`: bertexp's memory plan against measured peak memory, and what
+activation recompute saves and costs.
+
+    python tools/bench_memory.py [--configs tiny-128,base-512] [--steps 2]
+
+Each configuration trains in a fresh process (tools/memory_probe.py: real
+Trainer, AdamW, dropout on, full-length sequences) with recompute off and
+on; its peak resident memory (ru_maxrss) is compared with the plan
+(bertexp.memory_plan.estimate plus the runtime the process held before the
+model existed, measured in that process). Then the README table: the
+largest micro-batch the plan allows for BERT-Base and BERT-Large on GPUs of
+12, 16 and 32 GB and a TPU v3 core (float32 GPUs, bfloat16 TPU), next to
+what google-research/bert's README measured on a 12 GB GPU.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from bertexp import memory_plan  # noqa: E402
+from bertexp import modeling  # noqa: E402
+
+MODELS = {  # name: (layers, hidden, heads, intermediate)
+    "tiny": (2, 128, 2, 512),
+    "minilm": (6, 384, 12, 1536),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+BATCH = {128: 8, 512: 4}
+# google-research/bert README, "Out-of-memory issues": Titan X (12 GB),
+# TF 1.11, Adam; max batch at each sequence length.
+GOOGLE_12GB = {("base", 128): 32, ("base", 384): 12, ("base", 512): 6,
+               ("large", 128): 6, ("large", 384): 0, ("large", 512): 0}
+
+
+def config_of(name):
+  layers, hidden, heads, inner = MODELS[name]
+  return modeling.BertConfig(vocab_size=30522, hidden_size=hidden,
+                             num_hidden_layers=layers,
+                             num_attention_heads=heads,
+                             intermediate_size=inner)
+
+
+def probe(name, seq, batch, recompute, steps):
+  layers, hidden, heads, inner = MODELS[name]
+  command = [sys.executable, os.path.join(REPO, "tools", "memory_probe.py"),
+             f"--layers={layers}", f"--hidden={hidden}", f"--heads={heads}",
+             f"--intermediate={inner}", f"--seq={seq}", f"--batch={batch}",
+             f"--steps={steps}"] + (["--recompute"] if recompute else [])
+  out = subprocess.run(command, check=True, capture_output=True,
+                       text=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def compare(configs, steps):
+  gib = memory_plan.GB
+  print(f"{'config':18} {'recompute':9} {'plan GiB':>9} {'peak GiB':>9} "
+        f"{'plan/peak':>9} {'s/step':>7}")
+  for item in configs:
+    name, seq = item.split("-")
+    seq = int(seq)
+    config = config_of(name)
+    measured = {}
+    for recompute in (False, True):
+      result = probe(name, seq, BATCH[seq], recompute, steps)
+      plan = memory_plan.estimate(
+          config, seq_length=seq, micro_batch=BATCH[seq],
+          head=memory_plan.Head.classifier(config, 2), recompute=recompute,
+          runtime_bytes=result["runtime"])
+      measured[recompute] = result
+      print(f"{name}-{seq} b{BATCH[seq]:<10} {'on' if recompute else 'off':9} "
+            f"{plan.total_bytes / gib:9.2f} {result['peak'] / gib:9.2f} "
+            f"{plan.total_bytes / result['peak']:9.2f} "
+            f"{result['seconds_per_step']:7.2f}", flush=True)
+    saved = 1 - measured[True]["peak"] / measured[False]["peak"]
+    slower = (measured[True]["seconds_per_step"] /
+              measured[False]["seconds_per_step"] - 1)
+    print(f"  recompute: peak memory {-saved:+.0%}, step time {slower:+.0%}",
+          flush=True)
+
+
+def capacity_table():
+  print("largest micro-batch the plan allows (recompute off / on):")
+  print(f"{'model':6} {'seq':>4} {'12 GB':>10} {'16 GB':>10} {'32 GB':>10} "
+        f"{'TPU v3 core':>12} {'google 12 GB':>13}")
+  for name in ("base", "large"):
+    config = config_of(name)
+    for seq in (128, 384, 512):
+      cells = []
+      for gb, mixed in ((12, False), (16, False), (32, False), (16, True)):
+        sizes = [memory_plan.largest_micro_batch(
+            config, seq_length=seq, head=memory_plan.Head.classifier(config, 2),
+            device_bytes=gb * memory_plan.GB,
+            recompute=recompute, mixed_precision=mixed)
+                 for recompute in (False, True)]
+        cells.append(f"{sizes[0]} / {sizes[1]}")
+      print(f"{name:6} {seq:4} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10} "
+            f"{cells[3]:>12} {GOOGLE_12GB.get((name, seq), '-'):>13}",
+            flush=True)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--configs", default="tiny-128,tiny-512,minilm-128,"
+                      "minilm-512,base-128,base-512")
+  parser.add_argument("--steps", type=int, default=2)
+  args = parser.parse_args()
+  capacity_table()
+  compare(args.configs.split(","), args.steps)
+
+
+if __name__ == "__main__":
+  main()

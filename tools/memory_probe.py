@@ -1,0 +1,117 @@
+"""Peak memory of real bertexp train steps, in this fresh process.
+
+    python tools/memory_probe.py --layers 12 --hidden 768 --heads 12 \\
+        --intermediate 3072 --seq 512 --batch 4 [--recompute]
+
+Builds a classifier on a BERT of that shape, AdamW, and bertexp's Trainer
+with dynamic padding off (every sequence full length, random token ids),
+runs --steps train steps and prints one JSON line: the process's resident
+memory before the model existed (`runtime`), its peak (`peak`, ru_maxrss),
+and the seconds per step after the first. tools/bench.py runs it once per
+configuration, each in its own process, and compares with bertexp's memory
+plan.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _resident_bytes():
+  with open("/proc/self/status") as status:
+    for line in status:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _config(args):
+  return {"vocab_size": args.vocab, "hidden_size": args.hidden,
+          "num_hidden_layers": args.layers,
+          "num_attention_heads": args.heads,
+          "intermediate_size": args.intermediate, "hidden_act": "gelu",
+          "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+          "max_position_embeddings": max(512, args.seq),
+          "type_vocab_size": 2, "initializer_range": 0.02}
+
+
+def _task(folder, args):
+  from bertexp.tasks import classification
+  with open(f"{folder}/bert_config.json", "w") as f:
+    json.dump(_config(args), f)
+  with open(f"{folder}/meta.json", "w") as f:
+    json.dump({"max_seq_length": args.seq, "num_labels": 2,
+               "label_type": "int", "train_data_size": 1000}, f)
+  return classification.ClassificationTask(
+      bert_config_file=f"{folder}/bert_config.json",
+      meta_data_path=f"{folder}/meta.json")
+
+
+def _dataset(args):
+  import tensorflow as tf
+  ids = tf.random.stateless_uniform([args.batch, args.seq], [1, 2], 5,
+                                    args.vocab, tf.int32)
+  features = {"input_word_ids": ids, "input_mask": tf.ones_like(ids),
+              "input_type_ids": tf.zeros_like(ids)}
+  labels = tf.zeros([args.batch], tf.int64)
+  return tf.data.Dataset.from_tensors((features, labels)).repeat()
+
+
+def probe(args):
+  import tensorflow as tf
+  import tf_keras
+  from bertexp import optimization
+  from bertexp import strategy as strategy_lib
+  from bertexp import trainer as trainer_lib
+  import gin
+  from bertexp import encoders  # noqa: F401  (registers build_encoder)
+  tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+  tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+  if args.precision != "float32":
+    tf_keras.mixed_precision.set_global_policy(args.precision)
+  strategy = strategy_lib.make_strategy("default")
+  tf.constant(1.0) + 1.0            # the runtime is up
+  runtime = _resident_bytes()
+  gin.bind_parameter("bertexp.build_encoder.recompute", args.recompute)
+  with tempfile.TemporaryDirectory() as folder:
+    task = _task(folder, args)
+    with strategy.scope():
+      model = task.build_model()
+      optimizer = optimization.create_optimizer(100, 10, learning_rate=1e-5)
+      optimizer.build(model.trainable_variables)
+  trainer = trainer_lib.Trainer(
+      task=task, model=model, optimizer=optimizer, strategy=strategy,
+      global_batch_size=args.batch, eval_batch_size=args.batch,
+      total_steps=100, train_dataset=_dataset(args))
+  trainer.train(tf.constant(1))
+  start = time.time()
+  trainer.train(tf.constant(args.steps))
+  seconds = (time.time() - start) / args.steps
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  return {"runtime": runtime, "peak": peak, "seconds_per_step": seconds}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  for name, default in (("layers", 2), ("hidden", 128), ("heads", 2),
+                        ("intermediate", 512), ("vocab", 30522), ("seq", 128),
+                        ("batch", 8), ("steps", 2), ("threads", 2)):
+    parser.add_argument(f"--{name}", type=int, default=default)
+  parser.add_argument("--recompute", action="store_true")
+  parser.add_argument("--precision", default="float32")
+  args = parser.parse_args()
+  import logging
+  logging.disable(logging.WARNING)
+  print(json.dumps(probe(args)), flush=True)
+  os._exit(0)   # tf.data threads can hold the exit
+
+
+if __name__ == "__main__":
+  main()

@@ -172,7 +172,9 @@ def build_parser():
                      help="one binding, e.g. LEARNING_RATE=3e-5 (repeatable)")
   train.add_argument("--mode", default="train_and_eval",
                      choices=["train_and_eval", "train", "eval", "predict",
-                              "export", "export_only", "export_tflite"])
+                              "export", "export_only", "export_tflite", "plan"],
+                     help="plan: print the schedule and the memory plan "
+                     "(nothing is built or trained)")
   train.set_defaults(func=cmd_train)
 
   tflite = sub.add_parser(

@@ -266,6 +266,11 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # (One replica: nothing to sum, and all_reduce would densify the
     # embedding's sparse gradient.)
     if replicas > 1:
+      if self.pad_to_multiple_of:
+        # A sparse gradient's all-gather changes shape with the padded length
+        # from step to step, which collectives inside a loop cannot match up
+        # (replicas paired a 16- and a 24-long step's gathers): sum densely.
+        grads = [tf.convert_to_tensor(g) for g in grads]
       grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     # A sparse gradient lists a word once per occurrence: sum repeats first,
     # or the norm (and the clip) would be of the pieces, not the gradient.
@@ -412,20 +417,21 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
               split, ctx, ctx.get_per_replica_batch_size(self.eval_batch_size)))
     return self._eval_datasets[split]
 
-  def _trim(self, features, same_on_every_replica=False):
-    """Dynamic padding (see `bertexp.data.pipeline.trimmed_length`)."""
+  def _trim(self, features):
+    """Dynamic padding (see `bertexp.data.pipeline.trimmed_length`), to one
+    length on every replica: the global batch's, so a step computes on the
+    shapes a one-replica run would (and gathered per-token outputs line up)."""
     if not self.pad_to_multiple_of:
       return features
     length = pipeline.trimmed_length(features["input_mask"],
                                      self.pad_to_multiple_of)
-    if same_on_every_replica and self.strategy.num_replicas_in_sync > 1:
-      # Gathered per-token outputs need one length on every replica.
+    if self.strategy.num_replicas_in_sync > 1:
       length = tf.cast(tf.reduce_max(
           _gather_replicas(tf.reshape(length, [1]))), tf.int32)
     return pipeline.trim_to(features, length)
 
   def _eval_replica_step(self, features, labels):
-    features = self._trim(features, same_on_every_replica=True)
+    features = self._trim(features)
     outputs = self.model(features, training=False)
     per_example = dict(self.task.eval_outputs(features, labels, outputs))
     if "position" in features:

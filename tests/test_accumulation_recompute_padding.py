@@ -70,9 +70,11 @@ def _train_with_lr_trace(trainer, steps):
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_four_micro_batches_give_the_weights_of_one_batch(replicas, tmp_path,
                                                          tiny_vocab):
+  """2 replicas: with XLA-compiled gradients, as on a TPU."""
   task = _task(tmp_path, tiny_vocab, dropout=0.0)
   plain = _trainer(task, replicas)
-  accumulated = _trainer(task, replicas, accumulation=4)
+  accumulated = _trainer(task, replicas, accumulation=4,
+                         jit_compile=replicas == 2)
   start = [v.numpy() for v in plain.model.trainable_variables]
   for v, value in zip(accumulated.model.trainable_variables, start):
     np.testing.assert_array_equal(v.numpy(), value)   # same starting point

@@ -274,3 +274,20 @@ def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   if "PREDICT_FILE" in params:
     predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
     assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))
+
+
+def test_squad_16gb_variant_runs_with_accumulation_and_recompute(fixtures,
+                                                                  tmp_path):
+  """experiments/squad/squad_v1_gpu_16gb.gin itself (gradient accumulation
+  2 + recompute), with tiny bindings, mirrored on 2 CPU replicas."""
+  model_dir = str(tmp_path / "run")
+  spec = dict(fixtures["squad_v1.1"],
+              gin_file="experiments/squad/squad_v1_gpu_16gb.gin")
+  mf.run_in_process(spec, model_dir, ["NUM_GPUS=0",
+                                      "bertexp.make_strategy.cpu_replicas=2"])
+  summary = mf.summary(model_dir)
+  assert summary["steps_this_run"] == mf.TRAIN_STEPS
+  assert np.isfinite(summary["train_loss"]) and "f1" in summary["eval_metrics"]
+  config = open(os.path.join(model_dir, "config.gin")).read()
+  assert "GRADIENT_ACCUMULATION_STEPS = 2" in config
+  assert "RECOMPUTE = True" in config

@@ -5,6 +5,8 @@
    shapes, fp32 and mixed_bfloat16, as examples/sec and the ratio
    bertexp / Model Garden (> 1 = bertexp faster). Both run the same
    classifier head, loss, optimizer and tf.function(jit_compile=False).
+   Beside them, bertexp's real Trainer step (its loop, loss normalisation,
+   clipping, guards and metrics) on the same shape.
 2. `bertexp prepare` throughput on MNLI-size input (sentence pairs drawn
    from the real movie-review sentences), including TFRecord writing.
 3. SQuAD dev-v1.1 windowing, post-processing and scoring.
@@ -31,6 +33,7 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -62,15 +65,19 @@ def _model_garden_encoder(layers, hidden, heads, inner, vocab=30522):
       output_dropout=0.1, attention_dropout=0.1, dict_outputs=True)
 
 
+def _make_inputs(seq, batch):
+  rng = np.random.RandomState(0)
+  return {"input_word_ids": tf.constant(rng.randint(1000, 30000, [batch, seq]),
+                                        tf.int32),
+          "input_mask": tf.ones([batch, seq], tf.int32),
+          "input_type_ids": tf.zeros([batch, seq], tf.int32)}
+
+
 def _make_step(encoder, seq, batch):
   head = tf_keras.layers.Dense(2, dtype="float32")
   optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-5)
-  rng = np.random.RandomState(0)
-  inputs = {
-      "input_word_ids": tf.constant(rng.randint(1000, 30000, [batch, seq]), tf.int32),
-      "input_mask": tf.ones([batch, seq], tf.int32),
-      "input_type_ids": tf.zeros([batch, seq], tf.int32)}
-  labels = tf.constant(rng.randint(0, 2, [batch]))
+  inputs = _make_inputs(seq, batch)
+  labels = tf.constant(np.random.RandomState(1).randint(0, 2, [batch]))
 
   @tf.function
   def step():
@@ -86,27 +93,56 @@ def _make_step(encoder, seq, batch):
   return step
 
 
+def _trainer_window(layers, hidden, heads, inner, seq, batch, steps):
+  """A function running `steps` steps of bertexp's real Trainer (one
+  compiled loop, as `bertexp train` runs them) on one in-memory batch."""
+  import dataclasses
+  import memory_probe
+  from bertexp import optimization
+  from bertexp import strategy as strategy_lib
+  from bertexp import trainer as trainer_lib
+  config = _bertexp_encoder(layers, hidden, heads, inner).config
+  task = memory_probe.classification_task(
+      tempfile.mkdtemp(), dataclasses.asdict(config), seq)
+  model = task.build_model()
+  optimizer = optimization.create_optimizer(10 ** 6, 100, learning_rate=1e-5)
+  optimizer.build(model.trainable_variables)
+  features = _make_inputs(seq, batch)
+  labels = tf.zeros([batch], tf.int64)
+  trainer = trainer_lib.Trainer(
+      task=task, model=model, optimizer=optimizer,
+      strategy=strategy_lib.make_strategy("default"), global_batch_size=batch,
+      eval_batch_size=batch, total_steps=10 ** 6,
+      train_dataset=tf.data.Dataset.from_tensors((features, labels)).repeat())
+  return lambda: trainer.train(tf.constant(steps))["loss"]
+
+
 def bench_train(shape, precision, windows, steps_per_window):
+  """Examples/s of (bertexp encoder, Model Garden encoder) in the same
+  hand-written step, and of bertexp's whole Trainer step."""
   layers, hidden, heads, inner, seq, batch = SHAPES[shape]
   tf_keras.mixed_precision.set_global_policy(precision)
   sides = {}
   for name, build in (("bertexp", _bertexp_encoder),
                       ("model_garden", _model_garden_encoder)):
     step = _make_step(build(layers, hidden, heads, inner), seq, batch)
-    step()                                    # compile
-    step()
-    sides[name] = (step, [])
-  for _ in range(windows):                    # alternate: same noise for both
-    for name, (step, rates) in sides.items():
-      start = time.perf_counter()
+
+    def window(step=step):
       for _ in range(steps_per_window):
         loss = step()
-      float(loss)
+      return loss
+    sides[name] = (window, [])
+  sides["trainer"] = (_trainer_window(layers, hidden, heads, inner, seq, batch,
+                                      steps_per_window), [])
+  for window, _ in sides.values():            # compile
+    float(window())
+  for _ in range(windows):                    # alternate: same noise for all
+    for name, (window, rates) in sides.items():
+      start = time.perf_counter()
+      float(window())
       rates.append(steps_per_window * batch / (time.perf_counter() - start))
   tf_keras.mixed_precision.set_global_policy("float32")
-  ours = statistics.median(sides["bertexp"][1])
-  theirs = statistics.median(sides["model_garden"][1])
-  return ours, theirs
+  return {name: statistics.median(rates) for name, (_, rates) in sides.items()}
 
 
 def bench_prepare(num_pairs, vocab_file, output_dir):
@@ -270,12 +306,13 @@ def main():
   args = parser.parse_args()
   if not args.skip_train:
     print(f"{'shape':6} {'precision':15} {'bertexp ex/s':>13} "
-          f"{'ModelGarden ex/s':>17} {'ratio':>6}")
+          f"{'ModelGarden ex/s':>17} {'ratio':>6} {'Trainer ex/s':>13}")
     for shape in args.shapes.split(","):
       for precision in args.precisions.split(","):
-        ours, theirs = bench_train(shape, precision, args.windows, args.steps)
+        rates = bench_train(shape, precision, args.windows, args.steps)
+        ours, theirs = rates["bertexp"], rates["model_garden"]
         print(f"{shape:6} {precision:15} {ours:13.1f} {theirs:17.1f} "
-              f"{ours / theirs:6.2f}", flush=True)
+              f"{ours / theirs:6.2f} {rates['trainer']:13.1f}", flush=True)
   if args.squad_dev:
     bench_squad(args.vocab_file, args.squad_dev)
   if args.prepare_pairs:

@@ -6,14 +6,19 @@ Both sides fine-tune MiniLM-L6 (the demo's weights) for sequence
 classification on the demo's real movie-review sentences (seq 48, batch 32,
 the batches bertexp's training order gives, the same token ids on both
 sides), with AdamW + linear warmup/decay + clipping to norm 1.0, 2 threads.
+The input pipeline alone is timed first (it must not be the bottleneck).
 bertexp: its real Trainer (`bertexp.trainer.Trainer`, one compiled loop of
 --steps steps, as `bertexp train` runs it). Hugging Face:
 tools/hf_reference.py in the venv .cache/bench_hf (torch and transformers
 pinned in the Makefile). Each row is measured --rounds times, the two sides
 alternating; the table shows medians and the ratio bertexp / Hugging Face
-(> 1: bertexp faster). "fixed" pads every batch to 48; "dynamic" cuts each
-batch to its longest sentence (bertexp: rounded up to --multiple; Hugging
-Face: DataCollatorWithPadding's exact longest).
+(> 1: bertexp faster). "fixed" pads every batch to max_seq_length;
+"dynamic" cuts each batch to its longest sentence (bertexp: rounded up to
+--multiple; Hugging Face: DataCollatorWithPadding's exact longest);
+"dynamic+grouped" adds group_by_length (both sides get the same grouped
+batches). The demo's sentences at seq 48 nearly always fill a batch's
+longest row, so the same sentences are also prepared at --long_seq (128,
+the usual fine-tuning length) to show what dynamic padding buys there.
 """
 import argparse
 import json
@@ -37,6 +42,7 @@ from bertexp import modeling  # noqa: E402
 from bertexp import optimization  # noqa: E402
 from bertexp import strategy as strategy_lib  # noqa: E402
 from bertexp import trainer as trainer_lib  # noqa: E402
+from bertexp.data import pipeline  # noqa: E402
 from bertexp.tasks import classification  # noqa: E402
 
 DATA = os.path.join(REPO, ".cache", "data", "movie_sentiment")
@@ -44,16 +50,34 @@ HF_PYTHON = os.path.join(REPO, ".cache", "bench_hf", "bin", "python")
 BATCH = 32
 
 
-def _task():
+def _task(data=DATA, name="movie_sentiment"):
   return classification.ClassificationTask(
       bert_config_file=os.path.join(REPO, ".cache/minilm_l6/bert_config.json"),
-      meta_data_path=f"{DATA}/movie_sentiment_meta_data",
-      train_data_path=f"{DATA}/movie_sentiment_train.tf_record", seed=42)
+      meta_data_path=f"{data}/{name}_meta_data",
+      train_data_path=f"{data}/{name}_train.tf_record", seed=42)
 
 
-def dump_batches(task, steps, path):
+def prepare_at(max_seq_length, output_dir):
+  """The demo's training sentences prepared at another max_seq_length."""
+  from bertexp import cli
+  assert cli.main([
+      "prepare", "classification", "--task_name=movie_sentiment",
+      "--train_file=.cache/movie_reviews/train.tsv",
+      "--eval_file=.cache/movie_reviews/heldout.tsv",
+      "--text_columns=sentence", "--label_column=label", "--labels=neg,pos",
+      "--vocab_file=.cache/minilm_l6/vocab.txt", f"--output_dir={output_dir}",
+      f"--max_seq_length={max_seq_length}"]) == 0
+  return _task(output_dir)
+
+
+def _train_order(grouped):
+  return pipeline.TrainOrder(seed=42, group_by_length=grouped)
+
+
+def dump_batches(task, steps, path, grouped=False):
   """The first `steps` training batches as numpy arrays, for the HF side."""
-  batches = list(task.build_inputs("train", None, BATCH).take(steps))
+  batches = list(task.build_inputs(
+      "train", None, BATCH, train_order=_train_order(grouped)).take(steps))
   np.savez(path, **{
       "input_word_ids": np.stack([f["input_word_ids"].numpy() for f, _ in batches]),
       "input_mask": np.stack([f["input_mask"].numpy() for f, _ in batches]),
@@ -61,7 +85,7 @@ def dump_batches(task, steps, path):
   return batches
 
 
-def bertexp_rate(task, precision, steps, multiple, warmup=3):
+def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3):
   """Examples/s of bertexp's Trainer over `steps` steps after `warmup`."""
   tf_keras.mixed_precision.set_global_policy(
       "mixed_bfloat16" if precision == "bfloat16" else "float32")
@@ -74,7 +98,8 @@ def bertexp_rate(task, precision, steps, multiple, warmup=3):
                                               (steps + warmup) // 10,
                                               learning_rate=2e-5)
     optimizer.build(model.trainable_variables)
-  dataset = task.build_inputs("train", None, BATCH)
+  dataset = task.build_inputs("train", None, BATCH,
+                              train_order=_train_order(grouped))
   trainer = trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer, strategy=strategy,
       global_batch_size=BATCH, eval_batch_size=BATCH,
@@ -88,6 +113,18 @@ def bertexp_rate(task, precision, steps, multiple, warmup=3):
   return steps * BATCH / seconds
 
 
+def input_rate(task, batches=300):
+  """Examples/s of bertexp's training input pipeline alone (read, order,
+  decode, batch): it must outrun the train step by far."""
+  dataset = task.build_inputs("train", None, BATCH)
+  iterator = iter(dataset)
+  next(iterator)
+  start = time.perf_counter()
+  for _ in range(batches):
+    next(iterator)
+  return batches * BATCH / (time.perf_counter() - start)
+
+
 def hf_rate(batches_file, precision, padding, warmup=3):
   out = subprocess.run(
       [HF_PYTHON, os.path.join(REPO, "tools", "hf_reference.py"),
@@ -98,43 +135,61 @@ def hf_rate(batches_file, precision, padding, warmup=3):
   return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
 
 
+def compare(task, label, cases, args):
+  """Rows of (case, precision, bertexp ex/s, Hugging Face ex/s); each case is
+  (name, bertexp pad multiple or None, grouped, Hugging Face padding)."""
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for name, multiple, grouped, hf_padding in cases:
+      batches_file = os.path.join(tmp, f"{name}.npz")
+      batches = dump_batches(task, args.steps + 3, batches_file, grouped)
+      lengths = [int(f["input_mask"].numpy().sum(1).max()) for f, _ in batches]
+      print(f"{label} {name}: longest sentence per batch: median "
+            f"{statistics.median(lengths)}", flush=True)
+      for precision in args.precisions.split(","):
+        ours, theirs = [], []
+        for _ in range(args.rounds):
+          ours.append(bertexp_rate(task, precision, args.steps, multiple,
+                                   grouped))
+          theirs.append(hf_rate(batches_file, precision, hf_padding))
+        row = (name, precision, statistics.median(ours),
+               statistics.median(theirs))
+        rows.append(row)
+        print(f"{label} {name:16} {precision:9} bertexp {row[2]:6.1f} ex/s  "
+              f"Hugging Face {row[3]:6.1f} ex/s  ratio {row[2] / row[3]:.2f}",
+              flush=True)
+  fixed = {r[1]: r[2] for r in rows if r[0] == "fixed"}
+  for name, precision, ours, _ in rows:
+    if name != "fixed":
+      print(f"{label} {name} / fixed padding, bertexp {precision}: "
+            f"{ours / fixed[precision]:.2f}x", flush=True)
+  return rows
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--rounds", type=int, default=2)
   parser.add_argument("--multiple", type=int, default=16)
+  parser.add_argument("--precisions", default="float32,bfloat16")
+  parser.add_argument("--long_seq", type=int, default=128)
   args = parser.parse_args()
   if not os.path.exists(HF_PYTHON):
     sys.exit(f"{HF_PYTHON} missing: run `make bench` (it builds that venv)")
   tf.config.threading.set_intra_op_parallelism_threads(2)
   tf.config.threading.set_inter_op_parallelism_threads(2)
   task = _task()
-  rows = []
-  with tempfile.TemporaryDirectory() as tmp:
-    batches_file = os.path.join(tmp, "batches.npz")
-    batches = dump_batches(task, args.steps + 3, batches_file)
-    lengths = [int(f["input_mask"].numpy().sum(1).max()) for f, _ in batches]
-    print(f"longest sentence per batch: median {statistics.median(lengths)} "
-          f"of 48 tokens", flush=True)
-    for padding in ("fixed", "dynamic"):
-      for precision in ("float32", "bfloat16"):
-        ours, theirs = [], []
-        for _ in range(args.rounds):
-          ours.append(bertexp_rate(task, precision, args.steps,
-                                   args.multiple if padding == "dynamic"
-                                   else None))
-          theirs.append(hf_rate(batches_file, precision, padding))
-        row = (padding, precision, statistics.median(ours),
-               statistics.median(theirs))
-        rows.append(row)
-        print(f"{padding:8} {precision:9} bertexp {row[2]:6.1f} ex/s  "
-              f"Hugging Face {row[3]:6.1f} ex/s  ratio {row[2] / row[3]:.2f}",
-              flush=True)
-  fixed = {r[1]: r[2] for r in rows if r[0] == "fixed"}
-  for padding, precision, ours, _ in rows:
-    if padding == "dynamic":
-      print(f"dynamic / fixed padding, bertexp {precision}: "
-            f"{ours / fixed[precision]:.2f}x", flush=True)
+  print(f"input pipeline alone: {input_rate(task):,.0f} examples/s",
+        flush=True)
+  compare(task, "seq 48", [("fixed", None, False, "fixed"),
+                           ("dynamic", args.multiple, False, "dynamic")], args)
+  if args.long_seq:
+    with tempfile.TemporaryDirectory() as tmp:
+      long_task = prepare_at(args.long_seq, tmp)
+      compare(long_task, f"seq {args.long_seq}", [
+          ("fixed", None, False, "fixed"),
+          ("dynamic", args.multiple, False, "dynamic"),
+          ("dynamic+grouped", args.multiple, True, "dynamic")], args)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,14 @@ def _config(args):
           "type_vocab_size": 2, "initializer_range": 0.02}
 
 
-def _task(folder, args):
+def classification_task(folder, config, seq_length):
+  """A 2-label ClassificationTask on a BERT config dict, with only what the
+  trainer needs (config and meta data files in `folder`, no records)."""
   from bertexp.tasks import classification
   with open(f"{folder}/bert_config.json", "w") as f:
-    json.dump(_config(args), f)
+    json.dump(config, f)
   with open(f"{folder}/meta.json", "w") as f:
-    json.dump({"max_seq_length": args.seq, "num_labels": 2,
+    json.dump({"max_seq_length": seq_length, "num_labels": 2,
                "label_type": "int", "train_data_size": 1000}, f)
   return classification.ClassificationTask(
       bert_config_file=f"{folder}/bert_config.json",
@@ -81,7 +83,7 @@ def probe(args):
   runtime = _resident_bytes()
   gin.bind_parameter("bertexp.build_encoder.recompute", args.recompute)
   with tempfile.TemporaryDirectory() as folder:
-    task = _task(folder, args)
+    task = classification_task(folder, _config(args), args.seq)
     with strategy.scope():
       model = task.build_model()
       optimizer = optimization.create_optimizer(100, 10, learning_rate=1e-5)

@@ -24,7 +24,8 @@ from bertexp.tasks import base
 
 
 class SpanModel(tf_keras.Model):
-  """Encoder + dense(2) on every token -> start and end logits [B, S, 2]."""
+  """Encoder + dense(2) on every token -> start and end logits [B, S, 2];
+  padded positions get -10000."""
 
   def __init__(self, encoder, seed=None, **kwargs):
     super().__init__(**kwargs)
@@ -37,7 +38,11 @@ class SpanModel(tf_keras.Model):
   def call(self, inputs, training=None, dropout_seed=None):
     sequence = self.encoder(inputs, training=training,
                             dropout_seed=dropout_seed)["sequence_output"]
-    return self.span_head(sequence)                                  # [B, S, 2]
+    logits = self.span_head(sequence)                                # [B, S, 2]
+    # Padding can hold no answer: masked out of the span softmax, so the loss
+    # does not depend on how far a batch is padded (dynamic padding, replicas).
+    padding = 1.0 - tf.cast(inputs["input_mask"], logits.dtype)      # [B, S]
+    return logits + padding[:, :, tf.newaxis] * -10000.0
 
   def build_variables(self):
     self(self.encoder.dummy_inputs(), training=False)

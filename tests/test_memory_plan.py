@@ -1,0 +1,103 @@
+"""The memory plan (bertexp.memory_plan, `--mode=plan`): its parameter count
+is the real models', its choice for the shipped 16 GB SQuAD file holds, and
+`bertexp train --mode=plan` prints it without training."""
+import gin
+import numpy as np
+import pytest
+
+from bertexp import cli
+from bertexp import gin_setup
+from bertexp import memory_plan
+from bertexp import modeling
+from bertexp.tasks import pretraining
+from bertexp.tasks import squad
+from conftest import TINY_CONFIG
+from conftest import prepare_tiny_sst2_run
+
+BERT_LARGE = modeling.BertConfig(vocab_size=30522, hidden_size=1024,
+                                 num_hidden_layers=24, num_attention_heads=16,
+                                 intermediate_size=4096)
+
+
+def _size(model):
+  return sum(int(np.prod(v.shape)) for v in model.variables)
+
+
+@pytest.mark.parametrize("head", ["classifier", "span", "masked_lm"])
+def test_plan_counts_the_parameters_of_the_real_models(head):
+  config = modeling.BertConfig(**TINY_CONFIG)
+  encoder = modeling.BertEncoder(config)
+  if head == "classifier":
+    model = modeling.ClassifierModel(encoder, 3).build_variables()
+    planned = memory_plan.Head.classifier(config, 3)
+  elif head == "span":
+    model = squad.SpanModel(encoder).build_variables()
+    planned = memory_plan.Head.span(config, 16)
+  else:
+    model = pretraining.PretrainingModel(encoder).build_variables(5)
+    planned = memory_plan.Head.masked_lm(config, 5)
+  plan = memory_plan.estimate(config, seq_length=16, micro_batch=2,
+                              head=planned)
+  assert plan.parameters == _size(model)
+  assert plan.weights == 4 * _size(model)
+
+
+def test_recompute_and_accumulation_shrink_the_plan():
+  head = memory_plan.Head.span(BERT_LARGE, 384)
+  plain = memory_plan.estimate(BERT_LARGE, seq_length=384, micro_batch=32,
+                               head=head)
+  recomputed = memory_plan.estimate(BERT_LARGE, seq_length=384, micro_batch=32,
+                                    head=head, recompute=True)
+  accumulated = memory_plan.estimate(BERT_LARGE, seq_length=384, micro_batch=4,
+                                     head=head, accumulation_steps=8)
+  assert recomputed.activations < plain.activations / 4
+  assert accumulated.accumulator == 4 * plain.parameters
+  assert accumulated.total_bytes < plain.total_bytes / 2
+  assert memory_plan.largest_micro_batch(
+      BERT_LARGE, seq_length=512, head=head, device_bytes=12 * memory_plan.GB,
+      recompute=True) > memory_plan.largest_micro_batch(
+          BERT_LARGE, seq_length=512, head=head,
+          device_bytes=12 * memory_plan.GB)
+
+
+def test_the_16gb_squad_file_is_what_the_plan_chose():
+  """BERT-Large, SQuAD seq 384, batch 32 on a 16 GB GPU in float32: the plan
+  needs accumulation 8 without recompute, 1 with; the shipped file takes
+  recompute + 2, which fits with headroom."""
+  head = memory_plan.Head.span(BERT_LARGE, 384)
+  device = 16 * memory_plan.GB
+  assert memory_plan.smallest_fitting(
+      BERT_LARGE, seq_length=384, batch_per_replica=32, head=head,
+      device_bytes=device) == {False: 8, True: 1}
+  gin_setup.parse_gin(["experiments/squad/squad_v1_gpu_16gb.gin"],
+                      ['MODEL_DIR="unused"'])
+  k = gin.query_parameter("%GRADIENT_ACCUMULATION_STEPS")
+  assert (k, gin.query_parameter("%RECOMPUTE")) == (2, True)
+  assert gin.query_parameter("%TRAIN_BATCH_SIZE") == 32
+  shipped = memory_plan.estimate(BERT_LARGE, seq_length=384,
+                                 micro_batch=32 // k, head=head,
+                                 recompute=True, accumulation_steps=k)
+  assert shipped.total_bytes < 0.7 * device
+
+
+def test_mode_plan_prints_the_plan_and_trains_nothing(tmp_path, tiny_vocab,
+                                                      tiny_config, capsys):
+  params = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab,
+                                 tiny_config)
+  params.update(MODEL_DIR=str(tmp_path / "run"), TRAIN_BATCH_SIZE=8,
+                GRADIENT_ACCUMULATION_STEPS=2, RECOMPUTE=True)
+  args = ["train", "--mode=plan",
+          "--gin_file=experiments/demo/movie_sentiment_cpu.gin",
+          "--gin_param=bertexp.memory_report.device_memory_gb=1"] + [
+              f"--gin_param={k}={v!r}" for k, v in params.items()]
+  assert cli.main(args) == 0
+  out = capsys.readouterr().out
+  config = modeling.BertConfig.from_json_file(tiny_config)
+  parameters = memory_plan.encoder_parameters(config) + 2 * 16 + 2
+  assert f"parameters                       {parameters:,}" in out
+  assert "micro-batch 4 x sequence 16" in out
+  assert "recompute on; gradient_accumulation_steps 2" in out
+  assert "device: CPU (all replicas share it) with 1.0 GiB: fits" in out
+  assert "smallest gradient_accumulation_steps that fits with recompute: 1" in out
+  assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob(
+      "ckpt-*"))

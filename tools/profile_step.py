@@ -1,0 +1,128 @@
+"""Where a bertexp train step's time goes, by subtraction.
+
+    python tools/profile_step.py [--precision mixed_bfloat16] [--seq 48]
+
+MiniLM-L6's shape (random weights do not change the time), batch 32, the
+given sequence length, 2 threads. Times, each a compiled tf.function over
+the same batch, median of --windows windows of --steps steps:
+  forward            the model's forward pass (training=True: dropout on)
+  forward+backward   the tape and gradients too
+  + optimizer        AdamW's update of every variable too (hand-written step)
+  Trainer step       bertexp's real Trainer loop: loss normalisation, the
+                     stop/divergence checks, clipping, metrics, the guarded
+                     update (from an in-memory dataset)
+Differences give backward, optimizer and the Trainer's own overhead.
+"""
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from bertexp import modeling  # noqa: E402
+from bertexp import optimization  # noqa: E402
+from bertexp import strategy as strategy_lib  # noqa: E402
+from bertexp import trainer as trainer_lib  # noqa: E402
+import memory_probe  # noqa: E402  (tools/)
+
+BATCH = 32
+
+
+def _median_seconds(fn, windows, steps):
+  fn()
+  fn()
+  times = []
+  for _ in range(windows):
+    start = time.perf_counter()
+    for _ in range(steps):
+      out = fn()
+    tf.nest.map_structure(lambda t: t.numpy(), out)
+    times.append((time.perf_counter() - start) / steps)
+  return statistics.median(times)
+
+
+def _inputs(seq):
+  ids = tf.random.stateless_uniform([BATCH, seq], [1, 2], 5, 30522, tf.int32)
+  features = {"input_word_ids": ids, "input_mask": tf.ones_like(ids),
+              "input_type_ids": tf.zeros_like(ids)}
+  return features, tf.zeros([BATCH], tf.int64)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--precision", default="mixed_bfloat16")
+  parser.add_argument("--seq", type=int, default=48)
+  parser.add_argument("--windows", type=int, default=5)
+  parser.add_argument("--steps", type=int, default=5)
+  args = parser.parse_args()
+  tf.config.threading.set_intra_op_parallelism_threads(2)
+  tf.config.threading.set_inter_op_parallelism_threads(2)
+  tf_keras.mixed_precision.set_global_policy(args.precision)
+  config = modeling.BertConfig(vocab_size=30522, hidden_size=384,
+                               num_hidden_layers=6, num_attention_heads=12,
+                               intermediate_size=1536)
+  model = modeling.ClassifierModel(modeling.BertEncoder(config),
+                                   2).build_variables()
+  optimizer = optimization.create_optimizer(1000, 100, learning_rate=1e-5)
+  optimizer.build(model.trainable_variables)
+  features, labels = _inputs(args.seq)
+  seed = tf.constant([1, 2], tf.int64)
+  loss_fn = lambda logits: tf.reduce_mean(
+      tf_keras.losses.sparse_categorical_crossentropy(labels, logits,
+                                                      from_logits=True))
+
+  @tf.function
+  def forward():
+    return loss_fn(model(features, training=True, dropout_seed=seed))
+
+  @tf.function
+  def backward():
+    with tf.GradientTape() as tape:
+      loss = loss_fn(model(features, training=True, dropout_seed=seed))
+    return tape.gradient(loss, model.trainable_variables)
+
+  @tf.function
+  def update():
+    with tf.GradientTape() as tape:
+      loss = loss_fn(model(features, training=True, dropout_seed=seed))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  times = {"forward": _median_seconds(forward, args.windows, args.steps),
+           "forward+backward": _median_seconds(backward, args.windows,
+                                               args.steps),
+           "+ optimizer": _median_seconds(update, args.windows, args.steps)}
+  task = memory_probe.classification_task(tempfile.mkdtemp(),
+                                         dataclasses.asdict(config), args.seq)
+  trainer = trainer_lib.Trainer(
+      task=task, model=model, optimizer=optimizer,
+      strategy=strategy_lib.make_strategy("default"), global_batch_size=BATCH,
+      eval_batch_size=BATCH, total_steps=1000,
+      train_dataset=tf.data.Dataset.from_tensors((features, labels)).repeat())
+  times["Trainer step"] = _median_seconds(
+      lambda: trainer.train(tf.constant(args.steps))["loss"], args.windows,
+      1) / args.steps
+  total = times["Trainer step"]
+  parts = {"forward": times["forward"],
+           "backward": times["forward+backward"] - times["forward"],
+           "optimizer": times["+ optimizer"] - times["forward+backward"],
+           "Trainer overhead": total - times["+ optimizer"]}
+  print(f"MiniLM-L6 shape, batch {BATCH}, seq {args.seq}, {args.precision}: "
+        f"Trainer step {total * 1000:.0f} ms")
+  for name, seconds in parts.items():
+    print(f"  {name:18} {seconds * 1000:7.1f} ms  {seconds / total:6.1%}")
+
+
+if __name__ == "__main__":
+  main()

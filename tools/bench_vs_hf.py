@@ -85,7 +85,8 @@ def dump_batches(task, steps, path, grouped=False):
   return batches
 
 
-def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3):
+def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3,
+                 jit_compile=False):
   """Examples/s of bertexp's Trainer over `steps` steps after `warmup`."""
   tf_keras.mixed_precision.set_global_policy(
       "mixed_bfloat16" if precision == "bfloat16" else "float32")
@@ -104,7 +105,7 @@ def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3):
       task=task, model=model, optimizer=optimizer, strategy=strategy,
       global_batch_size=BATCH, eval_batch_size=BATCH,
       total_steps=steps + warmup, train_dataset=dataset,
-      pad_to_multiple_of=multiple)
+      pad_to_multiple_of=multiple, jit_compile=jit_compile)
   trainer.train(tf.constant(warmup))
   start = time.perf_counter()
   trainer.train(tf.constant(steps))
@@ -150,7 +151,7 @@ def compare(task, label, cases, args):
         ours, theirs = [], []
         for _ in range(args.rounds):
           ours.append(bertexp_rate(task, precision, args.steps, multiple,
-                                   grouped))
+                                   grouped, jit_compile=args.jit_compile))
           theirs.append(hf_rate(batches_file, precision, hf_padding))
         row = (name, precision, statistics.median(ours),
                statistics.median(theirs))
@@ -173,6 +174,8 @@ def main():
   parser.add_argument("--multiple", type=int, default=16)
   parser.add_argument("--precisions", default="float32,bfloat16")
   parser.add_argument("--long_seq", type=int, default=128)
+  parser.add_argument("--jit_compile", action="store_true",
+                      help="XLA-compile bertexp's forward and backward pass")
   args = parser.parse_args()
   if not os.path.exists(HF_PYTHON):
     sys.exit(f"{HF_PYTHON} missing: run `make bench` (it builds that venv)")

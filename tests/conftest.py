@@ -122,3 +122,41 @@ def requires_minilm():
   if not os.path.exists(os.path.join(MINILM_HF, "model.safetensors")):
     pytest.fail(f"{MINILM_HF} is missing: `make test` fetches it "
                 "(python tools/demo_data.py fetch)")
+
+
+def tiny_sst2_task(root, vocab, dropout=0.0):
+  """A ClassificationTask on the tiny SST-2 data under `root`, in file order
+  (no shuffle), with the tiny encoder's dropout rates set to `dropout`."""
+  from bertexp.tasks import classification
+  config = os.path.join(root, f"config_{dropout}.json")
+  os.makedirs(root, exist_ok=True)
+  with open(config, "w") as f:
+    json.dump(dict(TINY_CONFIG, hidden_dropout_prob=dropout,
+                   attention_probs_dropout_prob=dropout), f)
+  paths = prepare_tiny_sst2_run(os.path.join(root, f"exp_{dropout}"), vocab,
+                                config)
+  return classification.ClassificationTask(
+      bert_config_file=config, meta_data_path=paths["INPUT_META_DATA_PATH"],
+      train_data_path=paths["TRAIN_DATA_PATH"],
+      eval_data_path=paths["EVAL_DATA_PATH"], shuffle_buffer_size=0,
+      dropout_rate=dropout, seed=1)
+
+
+def tiny_trainer(task, replicas, make_optimizer, batch, **trainer_kwargs):
+  """bertexp's Trainer for `task` on 1 replica or `replicas` mirrored CPU
+  replicas, the optimizer built, reading the task's training batches."""
+  from bertexp import strategy as strategy_lib
+  from bertexp import trainer as trainer_lib
+  strategy = (strategy_lib.make_strategy("default") if replicas == 1 else
+              strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
+  with strategy.scope():
+    model = task.build_model()
+    optimizer = make_optimizer()
+    optimizer.build(model.trainable_variables)
+  dataset = strategy.distribute_datasets_from_function(
+      lambda ctx: task.build_inputs("train", ctx,
+                                    ctx.get_per_replica_batch_size(batch)))
+  return trainer_lib.Trainer(
+      task=task, model=model, optimizer=optimizer, strategy=strategy,
+      global_batch_size=batch, eval_batch_size=batch, train_dataset=dataset,
+      **trainer_kwargs)

@@ -1,7 +1,6 @@
 """Gradient accumulation, activation recompute and dynamic padding, on 1 and 2
 replicas: each must give the weights, gradients or eval outputs of the plain
 run."""
-import json
 
 import numpy as np
 import pytest
@@ -11,50 +10,25 @@ import tf_keras
 from bertexp import encoders
 from bertexp import modeling
 from bertexp import optimization
-from bertexp import strategy as strategy_lib
-from bertexp import trainer as trainer_lib
 from bertexp.data import pipeline
-from bertexp.tasks import classification
 from conftest import TINY_CONFIG
-from conftest import prepare_tiny_sst2_run
+from conftest import tiny_sst2_task
+from conftest import tiny_trainer
 
 BATCH = 8
 
 
 def _task(tmp_path, vocab, dropout):
-  config = tmp_path / f"config_{dropout}.json"
-  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=dropout,
-                                    attention_probs_dropout_prob=dropout)))
-  paths = prepare_tiny_sst2_run(str(tmp_path / f"exp_{dropout}"), vocab,
-                                str(config))
-  return classification.ClassificationTask(
-      bert_config_file=str(config), meta_data_path=paths["INPUT_META_DATA_PATH"],
-      train_data_path=paths["TRAIN_DATA_PATH"],
-      eval_data_path=paths["EVAL_DATA_PATH"], shuffle_buffer_size=0,
-      dropout_rate=dropout, seed=1)
-
-
-def _strategy(replicas):
-  return (strategy_lib.make_strategy("default") if replicas == 1 else
-          strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
+  return tiny_sst2_task(str(tmp_path), vocab, dropout)
 
 
 def _trainer(task, replicas, *, accumulation=1, jit_compile=False,
              make_optimizer=None, total_steps=20, pad_to_multiple_of=None):
-  strategy = _strategy(replicas)
   tf_keras.utils.set_random_seed(3)      # the same encoder weights each time
-  with strategy.scope():
-    model = task.build_model()
-    optimizer = (make_optimizer or (lambda: optimization.create_optimizer(
-        total_steps, 4, learning_rate=1e-3)))()
-    optimizer.build(model.trainable_variables)
-  dataset = strategy.distribute_datasets_from_function(
-      lambda ctx: task.build_inputs("train", ctx,
-                                    ctx.get_per_replica_batch_size(BATCH)))
-  return trainer_lib.Trainer(
-      task=task, model=model, optimizer=optimizer, strategy=strategy,
-      global_batch_size=BATCH, eval_batch_size=BATCH, total_steps=total_steps,
-      train_dataset=dataset, jit_compile=jit_compile,
+  return tiny_trainer(
+      task, replicas, make_optimizer or (lambda: optimization.create_optimizer(
+          total_steps, 4, learning_rate=1e-3)), BATCH,
+      total_steps=total_steps, jit_compile=jit_compile,
       gradient_accumulation_steps=accumulation,
       pad_to_multiple_of=pad_to_multiple_of)
 
@@ -99,22 +73,6 @@ def test_a_batch_that_does_not_split_into_micro_batches_is_an_error(
   with pytest.raises(ValueError, match="TRAIN_BATCH_SIZE 8 does not split "
                      "into GRADIENT_ACCUMULATION_STEPS 3 .* multiple of 6"):
     _trainer(task, 2, accumulation=3)
-
-
-def test_float16_overflow_in_a_micro_batch_skips_the_whole_update(
-    tmp_path, tiny_vocab):
-  tf_keras.mixed_precision.set_global_policy("mixed_float16")
-  task = _task(tmp_path, tiny_vocab, dropout=0.0)
-  overflow = 2.0 ** 40
-  trainer = _trainer(task, 2, accumulation=2, make_optimizer=lambda: (
-      tf_keras.mixed_precision.LossScaleOptimizer(
-          tf_keras.optimizers.SGD(0.1), initial_scale=overflow)))
-  before = [v.numpy() for v in trainer.model.trainable_variables]
-  trainer.train(tf.constant(1))
-  for old, variable in zip(before, trainer.model.trainable_variables):
-    np.testing.assert_array_equal(variable.numpy(), old, err_msg=variable.name)
-  assert float(trainer.optimizer.loss_scale) == overflow / 2
-  assert int(trainer.state.nonfinite_steps.numpy()) == 1
 
 
 def _gradients(task, model, features, labels, seed):

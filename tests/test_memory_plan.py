@@ -88,7 +88,7 @@ def test_mode_plan_prints_the_plan_and_trains_nothing(tmp_path, tiny_vocab,
                 GRADIENT_ACCUMULATION_STEPS=2, RECOMPUTE=True)
   args = ["train", "--mode=plan",
           "--gin_file=experiments/demo/movie_sentiment_cpu.gin",
-          "--gin_param=bertexp.memory_report.device_memory_gb=1"] + [
+          "--gin_param=bertexp.memory_report.device_memory_gb=64"] + [
               f"--gin_param={k}={v!r}" for k, v in params.items()]
   assert cli.main(args) == 0
   out = capsys.readouterr().out
@@ -97,7 +97,7 @@ def test_mode_plan_prints_the_plan_and_trains_nothing(tmp_path, tiny_vocab,
   assert f"parameters                       {parameters:,}" in out
   assert "micro-batch 4 x sequence 16" in out
   assert "recompute on; gradient_accumulation_steps 2" in out
-  assert "device: CPU (all replicas share it) with 1.0 GiB: fits" in out
+  assert "device: CPU (all replicas share it) with 64.0 GiB: fits" in out
   assert "smallest gradient_accumulation_steps that fits with recompute: 1" in out
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob(
       "ckpt-*"))

@@ -89,7 +89,8 @@ def main():
   def backward():
     with tf.GradientTape() as tape:
       loss = loss_fn(model(features, training=True, dropout_seed=seed))
-    return tape.gradient(loss, model.trainable_variables)
+    grads = tape.gradient(loss, model.trainable_variables)
+    return [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
 
   @tf.function
   def update():

@@ -66,6 +66,10 @@ def _assert_same_metrics(ours, reference):
   for name, value in ours.items():
     if name.split("/")[-1] in COUNTS:
       assert value == reference[name], name
+    elif name.split("/")[-1] in ("pearson", "spearman"):
+      # Correlations of a 3-step tiny model's nearly constant predictions
+      # magnify 1e-6 noise (reduction order across replicas) into ~1e-5.
+      assert value == pytest.approx(reference[name], abs=1e-4), name
     else:
       assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
 

@@ -12,9 +12,15 @@ the same batch, median of --windows windows of --steps steps:
                      stop/divergence checks, clipping, metrics, the guarded
                      update (from an in-memory dataset)
 Differences give backward, optimizer and the Trainer's own overhead.
+Then the forward+backward pass is traced with TensorFlow's profiler and the
+time is summed by op type (MatMul, Mul, Cast...; IDLE is a thread waiting):
+the table TensorBoard's profile plugin shows as "framework op stats".
 """
 import argparse
+import collections
 import dataclasses
+import glob
+import json
 import os
 import statistics
 import sys
@@ -58,12 +64,37 @@ def _inputs(seq):
   return features, tf.zeros([BATCH], tf.int64)
 
 
+def op_type_times(fn, calls=5):
+  """{op type: seconds per call} of `fn` over `calls` traced calls."""
+  # TensorBoard's profile plugin converts traces with this function; it is
+  # the only converter TensorFlow ships without that plugin installed.
+  from tensorflow.python.profiler.internal import _pywrap_profiler_plugin
+  fn()
+  with tempfile.TemporaryDirectory() as logdir:
+    tf.profiler.experimental.start(logdir)
+    for _ in range(calls):
+      fn()
+    tf.profiler.experimental.stop()
+    trace = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    data, _ = _pywrap_profiler_plugin.xspace_to_tools_data(
+        trace, "framework_op_stats", {})
+  table = json.loads(data)[0]
+  columns = [c["id"] for c in table["cols"]]
+  times = collections.Counter()
+  for row in table["rows"]:
+    values = dict(zip(columns, [c.get("v") if c else None for c in row["c"]]))
+    times[values["type"]] += values["total_self_time"] / 1e6 / calls
+  return times
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--precision", default="mixed_bfloat16")
   parser.add_argument("--seq", type=int, default=48)
   parser.add_argument("--windows", type=int, default=5)
   parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--top", type=int, default=12,
+                      help="op types to list")
   args = parser.parse_args()
   tf.config.threading.set_intra_op_parallelism_threads(2)
   tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -123,6 +154,12 @@ def main():
         f"Trainer step {total * 1000:.0f} ms")
   for name, seconds in parts.items():
     print(f"  {name:18} {seconds * 1000:7.1f} ms  {seconds / total:6.1%}")
+  times = op_type_times(backward)
+  busy = sum(t for op, t in times.items() if op != "IDLE")
+  print(f"forward+backward by op type (traced; {busy * 1000:.0f} ms busy "
+        f"summed over the threads):")
+  for op, seconds in times.most_common(args.top):
+    print(f"  {op:36} {seconds * 1000:7.1f} ms")
 
 
 if __name__ == "__main__":

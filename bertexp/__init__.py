@@ -1,6 +1,7 @@
 """bertexp: config-driven BERT fine-tuning on Orbit.
 
-Public API: `load_encoder(bert_config_file, checkpoint=None)`.
+Public API: `load_encoder(bert_config_file, checkpoint=None)`;
+`Predictor(export_dir)` (see bertexp.predictor).
 """
 import os
 
@@ -13,3 +14,9 @@ __version__ = "0.1.0"
 def load_encoder(bert_config_file, checkpoint=None):
   from bertexp import modeling
   return modeling.load_encoder(bert_config_file, checkpoint)
+
+
+def Predictor(export_dir, batch_size=64):  # noqa: N802  (a class to users)
+  """An exported model as a Python object: see bertexp.predictor.Predictor."""
+  from bertexp import predictor
+  return predictor.Predictor(export_dir, batch_size=batch_size)

@@ -8,9 +8,11 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 
+from bertexp import extras
 from bertexp import stop_signals
 from bertexp.gin_setup import parse_gin
 
@@ -23,14 +25,9 @@ class _DropOrbitEcho(logging.Filter):
 
 
 def cmd_train(args):
-  import gin
   config_text = parse_gin(args.gin_file, args.gin_param)
-  from bertexp import fileio
   from bertexp import run
-  model_dir = gin.query_parameter("%MODEL_DIR")
-  fileio.makedirs(model_dir)
-  fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
-  run.experiment(mode=args.mode)
+  run.experiment(mode=args.mode, config_text=config_text)
 
 
 def cmd_prepare(args):
@@ -118,8 +115,8 @@ def cmd_evaluate_squad(args):
   pred_file = args.pred_file
   if args.best_threshold_output:
     if not (args.nbest_file and args.na_prob_file):
-      raise ValueError("--best_threshold_output needs --nbest-file and "
-                       "--na-prob-file")
+      raise ValueError("--best_threshold_output needs --nbest_file and "
+                       "--na_prob_file")
     threshold, predictions = squad_metrics.rethreshold(
         squad_metrics.load_json(args.data_file, "dataset"),
         fileio.read_json(args.nbest_file),
@@ -160,12 +157,49 @@ def cmd_results(args):
   sweep_results.write(args.output_dir)
 
 
+def _show_defaults(parser):
+  """Every option of `parser` and its subcommands lists its default in
+  --help (argparse shows defaults only for options with help text)."""
+  for action in parser._actions:   # argparse has no public accessor
+    if isinstance(action, argparse._SubParsersAction):
+      for child in set(action.choices.values()):
+        _show_defaults(child)
+    elif (not action.help and action.default not in (None, False, [])
+          and action.default is not argparse.SUPPRESS):
+      action.help = " "
+
+
+def normalise_flag_spelling(argv):
+  """--na-prob-file and --na_prob_file are the same flag: the name part of
+  every --flag is spelled with underscores (values are left alone)."""
+  normalised = []
+  for token in argv:
+    if token.startswith("--") and len(token) > 2:
+      name, sep, value = token.partition("=")
+      token = "--" + name[2:].replace("-", "_") + sep + value
+    normalised.append(token)
+  return normalised
+
+
 def build_parser():
+  from bertexp import __version__
+  common = argparse.ArgumentParser(add_help=False)
+  common.add_argument("--debug", action="store_true",
+                      help="print the full traceback of any error")
+  common.add_argument("--verbose", action="store_true",
+                      help="keep TensorFlow's start-up messages")
   parser = argparse.ArgumentParser(prog="bertexp", description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument("--version", action="version",
+                      version=f"bertexp {__version__}")
   sub = parser.add_subparsers(dest="command", required=True)
 
-  train = sub.add_parser("train", help="train / eval / predict / export")
+  def add(parent, name, **kwargs):   # a command with --debug and --verbose
+    return parent.add_parser(
+        name, parents=[common],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
+
+  train = add(sub, "train", help="train / eval / predict / export")
   train.add_argument("--gin_file", action="append", required=True,
                      help="experiment .gin (repeatable)")
   train.add_argument("--gin_param", action="append", default=[],
@@ -177,13 +211,13 @@ def build_parser():
                      "(nothing is built or trained)")
   train.set_defaults(func=cmd_train)
 
-  tflite = sub.add_parser(
-      "export-tflite", help="classifier -> TFLite float + int8, with agreement")
+  tflite = add(sub, "export-tflite",
+               help="classifier -> TFLite float + int8, with agreement")
   tflite.add_argument("--gin_file", action="append", required=True)
   tflite.add_argument("--gin_param", action="append", default=[])
   tflite.set_defaults(func=cmd_train, mode="export_tflite")
 
-  sw = sub.add_parser("sweep", help="a hyperparameter grid x seeds, one "
+  sw = add(sub, "sweep", help="a hyperparameter grid x seeds, one "
                       "trial.gin per trial, resumable, with a results table")
   sw.add_argument("--gin_file", action="append", required=True)
   sw.add_argument("--gin_param", action="append", default=[],
@@ -202,16 +236,16 @@ def build_parser():
                   help="print the trials with their steps and warmup")
   sw.set_defaults(func=cmd_sweep)
 
-  res = sub.add_parser("results", help="a sweep's table and plot, from disk")
+  res = add(sub, "results", help="a sweep's table and plot, from disk")
   res.add_argument("output_dir")
   res.set_defaults(func=cmd_results)
 
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)
-  glue = prep_sub.add_parser("glue", help="a GLUE task folder")
+  glue = add(prep_sub, "glue", help="a GLUE task folder")
   glue.add_argument("--task", required=True)
   glue.add_argument("--input_dir", required=True)
-  cls = prep_sub.add_parser("classification", help="any TSV/CSV/JSONL")
+  cls = add(prep_sub, "classification", help="any TSV/CSV/JSONL")
   cls.add_argument("--train_file", required=True)
   cls.add_argument("--eval_file", required=True)
   cls.add_argument("--test_file")
@@ -223,14 +257,14 @@ def build_parser():
   labels.add_argument("--labels", help="label names in id order")
   labels.add_argument("--regression", action="store_true")
   cls.add_argument("--task_name", required=True)
-  sq = prep_sub.add_parser("squad", help="a SQuAD v1.1 / v2.0 JSON file")
+  sq = add(prep_sub, "squad", help="a SQuAD v1.1 / v2.0 JSON file")
   sq.add_argument("--squad_file", required=True)
   sq.add_argument("--version_2_with_negative", action="store_true")
   sq.add_argument("--doc_stride", type=int, default=128)
   sq.add_argument("--max_query_length", type=int, default=64)
   sq.add_argument("--eval", action="store_true",
                   help="evaluation windows (no answer positions)")
-  pt = prep_sub.add_parser("pretraining", help="raw text -> MLM/NSP records")
+  pt = add(prep_sub, "pretraining", help="raw text -> MLM/NSP records")
   pt.add_argument("--input_file", required=True,
                   help="glob(s), comma separated: one sentence per line, "
                        "blank line between documents")
@@ -259,7 +293,7 @@ def build_parser():
                    help="checks max_seq_length against the model")
     p.set_defaults(func=cmd_prepare)
 
-  voc = sub.add_parser("build-vocab", help="raw text -> WordPiece vocab.txt")
+  voc = add(sub, "build-vocab", help="raw text -> WordPiece vocab.txt")
   voc.add_argument("--input_file", required=True, help="glob(s), comma separated")
   voc.add_argument("--vocab_size", type=int, required=True)
   voc.add_argument("--output", required=True)
@@ -268,7 +302,7 @@ def build_parser():
   voc.add_argument("--no_lower_case", action="store_true")
   voc.set_defaults(func=cmd_build_vocab)
 
-  conv = sub.add_parser("convert-checkpoint",
+  conv = add(sub, "convert-checkpoint",
                         help="foreign checkpoint -> bertexp checkpoint folder")
   conv.add_argument("--from", dest="source", required=True,
                     choices=["huggingface", "tf1", "model_garden"])
@@ -277,30 +311,33 @@ def build_parser():
   conv.add_argument("--tolerance", type=float, default=1e-5)
   conv.set_defaults(func=cmd_convert)
 
-  squad = sub.add_parser(
-      "evaluate-squad",
+  squad = add(sub, "evaluate-squad",
       help="official SQuAD v1.1 / v2.0 scores of a predictions.json")
   squad.add_argument("data_file", help="dev-v1.1.json or dev-v2.0.json")
   squad.add_argument("pred_file", help="{question id: answer text}")
-  squad.add_argument("--out-file", "-o", help="write the JSON here")
-  squad.add_argument("--na-prob-file", "-n", help="null odds JSON (v2.0)")
-  squad.add_argument("--na-prob-thresh", "-t", type=float, default=1.0,
+  squad.add_argument("--out_file", "-o", help="write the JSON here")
+  squad.add_argument("--na_prob_file", "-n", help="null odds JSON (v2.0)")
+  squad.add_argument("--na_prob_thresh", "-t", type=float, default=1.0,
                      help="predict no answer above these null odds")
-  squad.add_argument("--nbest-file", help="nbest_predictions.json (v2.0)")
+  squad.add_argument("--nbest_file", help="nbest_predictions.json (v2.0)")
   squad.add_argument("--best_threshold_output",
                      help="write predictions re-thresholded at the best-F1 "
                           "null threshold here, then score them (v2.0)")
   squad.set_defaults(func=cmd_evaluate_squad)
+  _show_defaults(parser)
   return parser
 
 
 def main(argv=None):
-  args = build_parser().parse_args(argv)
+  args = build_parser().parse_args(normalise_flag_spelling(
+      sys.argv[1:] if argv is None else argv))
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s %(levelname)s %(message)s")
   for handler in logging.getLogger().handlers:
     handler.addFilter(_DropOrbitEcho())
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # Before TensorFlow loads: its C++ start-up lines (CUDA probing, oneDNN)
+  # are noise unless asked for. Errors still surface as Python exceptions.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if args.verbose else "3")
   try:
     args.func(args)
   except stop_signals.RunStopped as e:
@@ -309,8 +346,13 @@ def main(argv=None):
   except stop_signals.WorkerLost as e:
     print(f"bertexp: error: {e}", file=sys.stderr, flush=True)
     return stop_signals.WORKER_LOST_STATUS
-  except (ValueError, FileNotFoundError, SyntaxError) as e:
-    # SyntaxError: a malformed .gin file or --gin_param (gin names the spot).
+  except (ValueError, FileNotFoundError, SyntaxError,
+          extras.MissingDependency) as e:
+    # User errors, one line (--debug: with the traceback). SyntaxError: a
+    # malformed .gin file (gin names the spot). Anything else is a bug and
+    # keeps its traceback.
+    if args.debug:
+      traceback.print_exc()
     print(f"bertexp: error: {e}", file=sys.stderr)
     return 2
   return 0

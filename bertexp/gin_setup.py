@@ -6,12 +6,39 @@ import logging
 import os
 import tokenize
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Shipped with the package (a checkout links experiments/ and gin/ here).
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+GIN_DIR = os.path.join(PACKAGE_DIR, "gin")
+EXPERIMENTS_DIR = os.path.join(PACKAGE_DIR, "experiments")
+
+
+def resolve_gin_file(path):
+  """A .gin file by path, else by name among the shipped ones:
+  "glue/mrpc_gpu.gin" or "experiments/glue/mrpc_gpu.gin" (under
+  experiments/), "runtime/gpu.gin" (under gin/). Unknown names are returned
+  as given (parsing then fails naming them)."""
+  if "://" in path or os.path.exists(path):
+    return path
+  for root in (EXPERIMENTS_DIR, GIN_DIR, PACKAGE_DIR):
+    candidate = os.path.join(root, path)
+    if os.path.exists(candidate):
+      return candidate
+  return path
+
+
+def shipped_name(path):
+  """"glue/mrpc_gpu.gin" for a file under the shipped experiments/ or gin/
+  (however it was reached), else None."""
+  real = os.path.realpath(path)
+  for root in (EXPERIMENTS_DIR, GIN_DIR):
+    base = os.path.realpath(root) + os.sep
+    if real.startswith(base):
+      return real[len(base):]
+  return None
 
 
 def gin_search_paths(gin_files):
-  paths = [os.path.join(REPO_ROOT, "gin"), os.path.join(REPO_ROOT, "experiments"),
-           REPO_ROOT]
+  paths = [GIN_DIR, EXPERIMENTS_DIR, PACKAGE_DIR]
   for path in gin_files:
     folder = os.path.dirname(os.path.abspath(path))
     if folder not in paths:
@@ -40,6 +67,24 @@ def _check_overrides_name_known_macros(gin_params):
                        f"files{hint}") from None
 
 
+def _check_binding(param):
+  """Parses one --gin_param alone; a ValueError naming it (and, for the most
+  common mistake, an unquoted string, the fix) when it does not parse."""
+  import gin
+  try:
+    gin.parse_config(param)
+  except (SyntaxError, tokenize.TokenError) as e:
+    reason = str(e.args[0] if e.args else e).splitlines()[0]
+    name, _, value = param.partition("=")
+    if "malformed node or string" in reason:
+      raise ValueError(
+          f"--gin_param {param!r}: {value.strip()} is not a value gin can "
+          f"read; strings need quotes: --gin_param='{name.strip()}="
+          f"\"{value.strip()}\"'") from None
+    raise ValueError(f"--gin_param {param!r} does not parse: {reason}") \
+        from None
+
+
 class _DropIncludeMisses(logging.Filter):
   """gin logs an ERROR for every search path an include is not under."""
 
@@ -65,6 +110,7 @@ def parse_gin(gin_files, gin_params):
   import gin
   from bertexp import registry  # noqa: F401  (registers the configurables)
   gin.clear_config()
+  gin_files = [resolve_gin_file(path) for path in gin_files]
   for path in gin_search_paths(gin_files):
     gin.add_config_file_search_path(path)
   try:
@@ -73,8 +119,13 @@ def parse_gin(gin_files, gin_params):
                                           finalize_config=False)
     _check_overrides_name_known_macros(gin_params)
     # Finalizing runs gin's check that every %gin.REQUIRED macro was set.
-    gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
-                                        finalize_config=True)
+    try:
+      gin.parse_config_files_and_bindings(None, gin_params, skip_unknown=False,
+                                          finalize_config=True)
+    except (SyntaxError, tokenize.TokenError):
+      for param in gin_params:
+        _check_binding(param)
+      raise
   except OSError as e:   # a gin file (or an include) that does not exist
     raise FileNotFoundError(str(e).split(" Searched config paths")[0]) from None
   except tokenize.TokenError as e:   # e.g. an unterminated string or bracket

@@ -92,9 +92,7 @@ def _restore_model(model, model_dir, checkpoint_path):
   """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
   path = checkpoint_path or safe_checkpoints.latest_intact_checkpoint(
       model_dir)
-  best_info = fileio.join(path, "best_checkpoint.json") if path else None
-  if best_info and tf.io.gfile.exists(best_info):
-    path = fileio.read_json(best_info)["checkpoint"]
+  path = (training.best_checkpoint_prefix(path) or path) if path else path
   if path and checkpoint_path and tf.io.gfile.exists(path + ".index"):
     damage = safe_checkpoints.problem(path)
     if damage:
@@ -163,7 +161,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                init_optimizer_state=False, loss_upper_bound=None,
                max_consecutive_bad_steps=25, recovery_max_trials=3,
                gradient_accumulation_steps=1, pad_to_multiple_of=16,
-               group_by_length=False):
+               group_by_length=False, config_text=None):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -190,6 +188,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   batch keeps max_seq_length; TPUs always do). group_by_length: training
   batches of similar lengths (Hugging Face's semantics; it changes which
   examples share a batch, so it is off by default).
+  config_text (given by the command line, not by gin): the parsed gin files
+  and bindings, saved in MODEL_DIR as config.gin when training starts and as
+  config_<mode>.gin by the other modes (so predict or export never overwrite
+  the training run's record).
   """
   mode = "export" if mode == "export_only" else mode
   if mode not in MODES:
@@ -228,6 +230,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     # predict and the exported model give the same numbers.
     tf_keras.mixed_precision.set_global_policy("float32")
   fileio.makedirs(model_dir)
+  if config_text is not None and mode not in ("train", "train_and_eval"):
+    fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
   with strategy.scope():
     model = task.build_model()
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
@@ -286,7 +290,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                 max_checkpoints=max_checkpoints, eval_steps=eval_steps,
                 best_metric=best_metric, best_mode=best_mode,
                 eval_before_training=eval_before_training,
-                group_by_length=group_by_length,
+                group_by_length=group_by_length, config_text=config_text,
                 guard=dict(loss_upper_bound=loss_upper_bound,
                            max_consecutive_bad_steps=max_consecutive_bad_steps,
                            recovery_max_trials=recovery_max_trials),

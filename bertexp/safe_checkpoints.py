@@ -158,7 +158,8 @@ def prepare_model_dir(model_dir):
     if state_problem:
       logging.warning("%s: rebuilt from the checkpoint files", state_problem)
     tf.compat.v1.train.update_checkpoint_state(
-        model_dir, latest, all_model_checkpoint_paths=list(reversed(kept)))
+        model_dir, latest, all_model_checkpoint_paths=list(reversed(kept)),
+        save_relative_paths=True)   # a moved MODEL_DIR still resolves
   return latest
 
 

@@ -64,6 +64,12 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
                        f"{num_gpus} and {cpu_replicas}")
     if num_gpus and cpu_replicas:
       raise ValueError("bind num_gpus or cpu_replicas, not both")
+    visible = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus > visible:
+      raise ValueError(
+          f"NUM_GPUS={num_gpus} (bertexp.make_strategy.num_gpus) but "
+          f"TensorFlow sees {visible} GPU(s); bind NUM_GPUS={visible} "
+          "(0 runs on the CPU)")
     devices = ([f"/gpu:{i}" for i in range(num_gpus)] if num_gpus
                else split_cpu(cpu_replicas) if cpu_replicas else ["/cpu:0"])
     return _mirrored(devices, all_reduce, num_gpus)

@@ -70,14 +70,11 @@ def _gin_literal(value):
 
 
 def _include_path(gin_file):
-  """Relative to experiments/ or gin/ when under them (resolved by every
-  bertexp process's search paths), else absolute."""
-  path = os.path.abspath(gin_file)
-  for root in ("experiments", "gin"):
-    base = os.path.join(gin_setup.REPO_ROOT, root) + os.sep
-    if path.startswith(base):
-      return path[len(base):]
-  return path
+  """Its shipped name when the file is one of bertexp's experiments or
+  fragments (resolved by every bertexp process's search paths), else
+  absolute."""
+  path = gin_setup.resolve_gin_file(gin_file)
+  return gin_setup.shipped_name(path) or os.path.abspath(path)
 
 
 def trial_gin_text(trial, gin_files, gin_params, model_dir, cpu_threads):

@@ -10,7 +10,7 @@ results.png   the metric against the learning rate, one line per batch size
 """
 import csv
 import io
-import math
+import logging
 import os
 import statistics
 
@@ -134,7 +134,12 @@ def write_markdown(rows, path):
 def plot(rows, path):
   """Metric vs learning rate, a line per (batch, epochs); False if nothing
   to plot (no finished trial or no LEARNING_RATE axis)."""
-  import matplotlib
+  try:
+    import matplotlib
+  except ImportError:
+    logging.warning("%s not drawn: matplotlib is not installed (pip install "
+                    "'bertexp[plots]'); the table is complete", path)
+    return False
   matplotlib.use("Agg")
   from matplotlib import pyplot
   done = [r for r in rows if r["metric"] is not None

@@ -33,6 +33,10 @@ from bertexp.data import pipeline
 orbit = orbit_import.orbit
 
 
+# Evaluation and prediction report progress at most this often.
+PROGRESS_SECONDS = 30
+
+
 def _format_seconds(seconds):
   seconds = int(max(seconds, 0))
   hours, rest = divmod(seconds, 3600)
@@ -446,9 +450,14 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
       self._eval_step_fn = tf.function(
           lambda f, l: self.strategy.run(self._eval_replica_step, args=(f, l)))
     gathered = {}
+    last_report = time.time()
     for i, (features, labels) in enumerate(self._eval_dataset(split)):
       if 0 <= num_steps <= i:
         break
+      if time.time() - last_report > PROGRESS_SECONDS:
+        last_report = time.time()
+        logging.info("%s: %d batches of %d so far", split, i,
+                     self.eval_batch_size)
       if bool(self.stop_requested.numpy()):
         raise Preempted(f"stop requested during evaluation of {split!r}")
       outputs = self._eval_step_fn(features, labels)

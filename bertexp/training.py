@@ -10,6 +10,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import console
 from bertexp import encoders
 from bertexp import fileio
 from bertexp import optimization
@@ -48,10 +49,10 @@ class BestCheckpoint:
         return False
     prefix = fileio.join(self.folder, f"ckpt-{step}")
     tf.train.Checkpoint(model=self.model).write(prefix)
-    previous = (fileio.read_json(self.info_path)["checkpoint"]
-                if tf.io.gfile.exists(self.info_path) else None)
+    previous = best_checkpoint_prefix(self.folder)
+    # Relative to the folder: a moved or copied run folder keeps working.
     fileio.write_json(self.info_path, {
-        "step": step, "checkpoint": prefix, "metric": self.metric,
+        "step": step, "checkpoint": f"ckpt-{step}", "metric": self.metric,
         "mode": self.mode, "metrics": {k: float(v) for k, v in metrics.items()}})
     if previous and previous != prefix:
       for path in tf.io.gfile.glob(previous + ".*"):
@@ -59,6 +60,18 @@ class BestCheckpoint:
     logging.info("new best %s %.4f at step %d -> %s", self.metric, value, step,
                  prefix)
     return True
+
+
+def best_checkpoint_prefix(folder):
+  """The checkpoint prefix a best_checkpoint/ folder's JSON names (None when
+  the folder has no best_checkpoint.json)."""
+  info_path = fileio.join(folder, "best_checkpoint.json")
+  if not tf.io.gfile.exists(info_path):
+    return None
+  checkpoint = fileio.read_json(info_path)["checkpoint"]
+  if checkpoint.startswith("/") or "://" in checkpoint:   # older runs
+    return checkpoint
+  return fileio.join(folder, checkpoint)
 
 
 # What TensorFlow raises in a multi-worker run when a peer is gone or hangs.
@@ -192,7 +205,10 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
 
   def on_eval(output):
     last["eval"] = output
-    best.update(int(trainer.global_step.numpy()), output)
+    step = int(trainer.global_step.numpy())
+    logging.info("eval at step %d/%d: %s", step, trainer.total_steps,
+                 "  ".join(f"{k} {float(v):.4g}" for k, v in output.items()))
+    best.update(step, output)
 
   evaluating = mode == "train_and_eval"
   return orbit.Controller(
@@ -210,10 +226,13 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
           init_optimizer_state, initialise, precision, trainer_kwargs,
           schedule, steps_per_loop, checkpoint_interval_steps,
           max_checkpoints, eval_steps, best_metric, best_mode,
-          eval_before_training, provenance, guard, group_by_length=False):
+          eval_before_training, provenance, guard, group_by_length=False,
+          config_text=None):
   """Trains (mode "train" or "train_and_eval") and returns the Training
   Summary; `initialise(model, optimizer, path, with_optimizer)` applies
-  INIT_CHECKPOINT on a fresh run."""
+  INIT_CHECKPOINT on a fresh run. `config_text` (the parsed gin files and
+  bindings) is saved as MODEL_DIR/config.gin when training starts. A run
+  whose checkpoint already reached the last step changes nothing."""
   start_time = time.time()
   logging.info("schedule: %s", schedule)
   task.check_training_data()
@@ -230,6 +249,10 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
   _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
                  init_optimizer_state, initialise)
+  if int(optimizer.iterations.numpy()) >= schedule.total_steps > 0:
+    return _already_finished(model_dir, int(optimizer.iterations.numpy()))
+  if config_text is not None:
+    fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
   trainer = trainer_lib.Trainer(
       optimizer=optimizer, total_steps=schedule.total_steps, state=state,
       train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
@@ -262,9 +285,10 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
             eval_interval=schedule.steps_per_epoch)
       else:
         run_loops = lambda: controller.train(steps=schedule.total_steps)
-      _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
-                 model_dir=model_dir,
-                 recovery_max_trials=guard["recovery_max_trials"])
+      with console.without_orbit_echo():
+        _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
+                   model_dir=model_dir,
+                   recovery_max_trials=guard["recovery_max_trials"])
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
@@ -285,6 +309,18 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   logging.info("Training Summary:\n%s", text)
   print("Training Summary: " + text, flush=True)
   return summary
+
+
+def _already_finished(model_dir, step):
+  """A finished MODEL_DIR: says so and returns its Training Summary as it is."""
+  summary_path = fileio.join(model_dir, "training_summary.json")
+  summary = (fileio.read_json(summary_path)
+             if tf.io.gfile.exists(summary_path) else {})
+  print(f"bertexp: {model_dir} has finished training (its checkpoint is at "
+        f"step {step}, the last one); nothing was changed. To train further, "
+        "raise TRAIN_STEPS or NUM_TRAIN_EPOCHS; to start over, use another "
+        "MODEL_DIR.", flush=True)
+  return dict(summary, already_finished=True)
 
 
 def _loop_results(last):

@@ -261,6 +261,26 @@ def test_csv_and_jsonl_and_derived_labels(tmp_path, tiny_vocab):
         output_dir=str(tmp_path / "out2"), max_seq_length=16)
 
 
+def test_an_id_column_that_is_not_in_the_test_file_is_an_error(tmp_path,
+                                                                tiny_vocab):
+  train = tmp_path / "train.csv"
+  train.write_text("text,label\ngood,yes\nbad,no\n")
+  test = tmp_path / "test.csv"
+  test.write_text("guid,text\n7,fine\n9,dull\n")
+  common = dict(task_name="mine", train_file=str(train), eval_file=str(train),
+                test_file=str(test), text_columns=["text"],
+                label_column="label", vocab_file=tiny_vocab,
+                max_seq_length=16)
+  with pytest.raises(ValueError, match=r"test.csv: no column 'id' \(the id "
+                     r"column\) in the header \['guid', 'text'\]"):
+    prepare.prepare_classification(id_column="id",
+                                   output_dir=str(tmp_path / "a"), **common)
+  assert not os.path.exists(tmp_path / "a")
+  meta = prepare.prepare_classification(id_column="guid",
+                                        output_dir=str(tmp_path / "b"), **common)
+  assert meta["split_sizes"] == {"train": 2, "eval": 2, "test": 2}
+
+
 def test_training_pipeline_shards_the_global_stream_and_repeats(tmp_path,
                                                                tiny_vocab):
   _, out, _ = _prepare_sst2(tmp_path, tiny_vocab)

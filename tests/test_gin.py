@@ -74,3 +74,49 @@ def test_cli_reports_parse_errors(capsys):
                    "--gin_param=NOPE=1", '--gin_param=MODEL_DIR="m"'])
   assert code == 2
   assert "NOPE" in capsys.readouterr().err
+
+
+def _one_line_error(capsys, argv):
+  code = cli.main(argv)
+  err = capsys.readouterr().err
+  assert code == 2
+  lines = [l for l in err.splitlines() if l.startswith("bertexp: error:")]
+  assert len(lines) == 1 and "Traceback" not in err, err
+  return lines[0]
+
+
+def test_user_errors_are_one_line_with_the_fix(capsys):
+  gin_file = "--gin_file=experiments/glue/mrpc_gpu.gin"
+  line = _one_line_error(capsys, ["train", gin_file,
+                                  "--gin_param=MODEL_DIR=runs/x"])
+  assert "--gin_param 'MODEL_DIR=runs/x'" in line
+  assert """strings need quotes: --gin_param='MODEL_DIR="runs/x"'""" in line
+  line = _one_line_error(capsys, ["train", gin_file, '--gin_param=MODEL_DIR="m"',
+                                  "--gin_param=TRAIN_BATCH_SIZE=[1,"])
+  assert "--gin_param 'TRAIN_BATCH_SIZE=[1,' does not parse" in line
+  line = _one_line_error(capsys, ["train", "--gin_file=nope.gin",
+                                  '--gin_param=MODEL_DIR="m"'])
+  assert "nope.gin" in line
+
+
+def test_debug_shows_the_traceback_of_a_user_error(capsys):
+  assert cli.main(["train", "--gin_file=nope.gin", "--debug"]) == 2
+  err = capsys.readouterr().err
+  assert "Traceback (most recent call last)" in err
+  assert err.strip().splitlines()[-1].startswith("bertexp: error:")
+
+
+def test_version_and_both_flag_spellings(capsys):
+  with pytest.raises(SystemExit) as done:
+    cli.main(["--version"])
+  assert done.value.code == 0
+  from bertexp import __version__
+  assert capsys.readouterr().out.strip() == f"bertexp {__version__}"
+  assert cli.normalise_flag_spelling(
+      ["evaluate-squad", "--na-prob-file=a-b.json", "--out-file", "x-y",
+       "-n", "--nbest_file=z"]) == [
+           "evaluate-squad", "--na_prob_file=a-b.json", "--out_file", "x-y",
+           "-n", "--nbest_file=z"]
+  with pytest.raises(SystemExit):
+    cli.main(["evaluate-squad", "--help"])
+  assert "(default: 1.0)" in capsys.readouterr().out   # defaults in --help

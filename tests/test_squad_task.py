@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import bertexp
@@ -67,7 +68,7 @@ def test_squad_train_eval_predict(tmp_path):
   # evaluate-squad on the written predictions gives the in-loop scores.
   assert cli.main(["evaluate-squad", f"{tmp_path}/dev_subset.json",
                    f"{tmp_path}/run/predictions.json",
-                   f"--out-file={tmp_path}/scores.json"]) == 0
+                   f"--out_file={tmp_path}/scores.json"]) == 0
   scores = json.loads((tmp_path / "scores.json").read_text())
   assert set(scores) == {"exact_match", "f1"}
   assert cli.main(["train", "--mode=export"] + args) == 0
@@ -118,6 +119,15 @@ def _check_serve_text_matches_predict(tmp_path, args, version):
   np.testing.assert_allclose(served["score"], expected, atol=1e-4)
   # Sanity of the comparison itself: answers are real, varied spans.
   assert len(set(served["answer"])) > 5 and all(served["answer"])
+  # bertexp.Predictor: the same answers, in batches, from the export folder.
+  predictor = bertexp.Predictor(str(run / "export"), batch_size=7)
+  answers = predictor.answer(questions, contexts)
+  assert [a["answer"] for a in answers] == served["answer"]
+  np.testing.assert_allclose([a["score"] for a in answers], served["score"],
+                             atol=1e-5)
+  assert predictor.answer(questions[0], contexts[0]) == answers[0]
+  with pytest.raises(ValueError, match="use answer"):
+    predictor.predict(["a text"])
 
 
 def test_squad_v2_shaped_run_reports_null_scores(tmp_path):

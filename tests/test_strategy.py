@@ -61,3 +61,10 @@ def test_a_second_replica_count_in_one_process_is_a_clear_error():
   # More logical CPUs than TensorFlow started with (the test process has 8).
   with pytest.raises(ValueError, match="already started with 8 CPU"):
     strategy.split_cpu(9)
+
+
+def test_more_gpus_than_visible_is_a_clear_error():
+  visible = len(tf.config.list_physical_devices("GPU"))
+  with pytest.raises(ValueError, match=f"NUM_GPUS={visible + 1} .* sees "
+                     f"{visible} GPU"):
+    strategy.make_strategy("mirrored", num_gpus=visible + 1)

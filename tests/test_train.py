@@ -36,7 +36,7 @@ def tiny_run(tmp_path, tiny_vocab, tiny_config):
   return prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
 
 
-def test_train_eval_resume_predict_export(tiny_run, caplog):
+def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
   paths = tiny_run
   model_dir = paths["MODEL_DIR"]
   init = tf.train.load_variable(paths["INIT_CHECKPOINT"],
@@ -45,6 +45,13 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
     _train(paths, TRAIN_STEPS=2)
   assert "initialised the encoder from" in caplog.text
   assert "(INIT_CHECKPOINT)" in caplog.text
+  # One progress line per loop and one per evaluation (bertexp's), without
+  # Orbit's echo of them (a dict of numpy scalars on stdout).
+  assert "step 2/2  loss" in caplog.text
+  assert "eval at step 2/2: accuracy" in caplog.text
+  printed = capsys.readouterr().out
+  assert "Training Summary:" in printed
+  assert "train | step:" not in printed and "np.float32" not in printed
   summary = _read_json(f"{model_dir}/training_summary.json")
   assert summary["total_training_steps"] == 2 and summary["steps_this_run"] == 2
   assert summary["eval_metrics"]["num_examples"] == 16
@@ -76,6 +83,17 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
                                 "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")
   assert step == 4
 
+  # Finished: a rerun (other bindings too) says so and changes nothing.
+  record = {name: open(f"{model_dir}/{name}").read()
+            for name in ("training_summary.json", "config.gin")}
+  checkpoints = sorted(os.listdir(model_dir))
+  capsys.readouterr()
+  _train(paths, TRAIN_STEPS=4, LEARNING_RATE=0.5)
+  assert "has finished training" in capsys.readouterr().out
+  for name, text in record.items():
+    assert open(f"{model_dir}/{name}").read() == text, name
+  assert sorted(os.listdir(model_dir)) == checkpoints
+
   _train(paths, mode="eval", TRAIN_STEPS=4)
   evaluated = _read_json(f"{model_dir}/eval_results.json")
   assert evaluated["accuracy"] == pytest.approx(summary["eval_metrics"]["accuracy"])
@@ -93,7 +111,8 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
   best = _read_json(f"{model_dir}/best_checkpoint/best_checkpoint.json")
   assert best["metric"] == "accuracy" and best["mode"] == "max"
   assert best["step"] in (1, 2, 3, 4)
-  assert tf.io.gfile.exists(best["checkpoint"] + ".index")
+  assert best["checkpoint"] == f"ckpt-{best['step']}"   # relative: movable
+  assert tf.io.gfile.exists(f"{model_dir}/best_checkpoint/ckpt-{best['step']}.index")
   assert len(tf.io.gfile.glob(f"{model_dir}/best_checkpoint/ckpt-*.index")) == 1
   _train(paths, mode="eval",
          PREDICT_CHECKPOINT_PATH=f'"{model_dir}/best_checkpoint"')
@@ -113,6 +132,21 @@ def test_train_eval_resume_predict_export(tiny_run, caplog):
   probabilities = serve(**features)["probabilities"].numpy()
   np.testing.assert_allclose(probabilities, np.array(rows), atol=1e-5)
   _check_serve_text_in_fresh_process(f"{model_dir}/export/{versions[0]}", rows)
+  _check_predictor(model_dir, rows)
+  # Each mode kept its own config record; training's is untouched.
+  assert open(f"{model_dir}/config.gin").read() == record["config.gin"]
+  for mode in ("eval", "predict", "export"):
+    assert "MODEL_DIR" in open(f"{model_dir}/config_{mode}.gin").read()
+
+  # The run folder moved elsewhere: its latest and best checkpoints resolve.
+  moved = str(tmp_path / "moved_run")
+  os.rename(model_dir, moved)
+  _train(dict(paths, MODEL_DIR=moved), mode="eval",
+         PREDICT_CHECKPOINT_PATH=f'"{moved}/best_checkpoint"')
+  assert _read_json(f"{moved}/eval_results.json")["accuracy"] == pytest.approx(
+      best["metrics"]["accuracy"])
+  _train(dict(paths, MODEL_DIR=moved), mode="eval")
+  assert _read_json(f"{moved}/eval_results.json")["checkpoint"].startswith(moved)
 
 
 def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
@@ -138,6 +172,25 @@ def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
                              atol=1e-5)
   expected = ["0", "1"]
   assert served["label"] == [expected[int(np.argmax(r))] for r in predicted_rows]
+
+
+def _check_predictor(model_dir, predicted_rows):
+  """bertexp.Predictor on the run folder (its newest export), in batches of
+  3: --mode=predict's probabilities and labels, in order."""
+  import bertexp
+  from conftest import NEGATIVE, POSITIVE
+  predictor = bertexp.Predictor(model_dir, batch_size=3)
+  results = predictor.predict(POSITIVE + NEGATIVE)
+  np.testing.assert_allclose([r["probabilities"] for r in results],
+                             predicted_rows, atol=1e-5)
+  assert [r["label"] for r in results] == [
+      str(int(np.argmax(r))) for r in predicted_rows]
+  with pytest.raises(ValueError, match="row 1: expected a string"):
+    predictor.predict(["fine", 3])
+  with pytest.raises(ValueError, match="not a question-answering model"):
+    predictor.answer("who?", "me")
+  with pytest.raises(FileNotFoundError, match="no exported model"):
+    bertexp.Predictor(f"{model_dir}/summaries")
 
 
 def test_predict_without_checkpoint_is_a_clear_error(tiny_run, capsys):
@@ -235,3 +288,18 @@ def test_export_tflite_float_and_int8(tmp_path, tiny_vocab, capsys):
   assert report["int8"]["max_probability_diff"] < 0.05
   assert report["int8"]["bytes"] < 0.5 * report["float"]["bytes"]
   assert "TFLite int8" in capsys.readouterr().out
+
+
+def test_orbit_echo_filter_keeps_every_other_line():
+  import io
+  from bertexp import console
+  out = io.StringIO()
+  stream = console.OrbitEchoFilter(out)
+  stream.write("ours 1\ntrain | step:     50 | steps/sec:    1.0 | output: \n"
+               "    {'accuracy': np.float32(0.5),\n     'loss': np.float32(0.6)}\n"
+               "ours 2\n eval | step:    50 | running complete evaluation...\n"
+               "saved checkpoint to runs/x/ckpt-50.\n eval | step: 50 | output: "
+               "{'a': 1}\nours")
+  stream.write(" 3\n{'not': 'orbit'}\nlast")
+  stream.finish()
+  assert out.getvalue() == "ours 1\nours 2\nours 3\n{'not': 'orbit'}\nlast"

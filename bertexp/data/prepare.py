@@ -167,13 +167,17 @@ def prepare_classification(*, task_name, train_file, eval_file, test_file=None,
                            id_column=None, max_position_embeddings=None):
   if not 1 <= len(text_columns) <= 2:
     raise ValueError(f"--text_columns takes one or two names, got {text_columns}")
+  # A named id column must exist where the ids are written out: the test
+  # file's (the eval file's without one); elsewhere rows may be numbered.
   train = readers.read_any(train_file, text_columns, label_column, id_column)
   splits = [("train", train, True),
-            ("eval", readers.read_any(eval_file, text_columns, label_column,
-                                      id_column), True)]
+            ("eval", readers.read_any(
+                eval_file, text_columns, label_column, id_column,
+                id_required=bool(id_column) and not test_file), True)]
   if test_file:
-    splits.append(("test", readers.read_any(test_file, text_columns, None,
-                                            id_column), False))
+    splits.append(("test", readers.read_any(
+        test_file, text_columns, None, id_column,
+        id_required=bool(id_column)), False))
   if not regression and not labels:
     labels = sorted(set(train.labels))
     logging.info("labels from %s (sorted): %s", train_file, labels)

@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 
+from bertexp import extras
 from bertexp import fileio
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -125,7 +126,9 @@ class _Worker:
     self.cjk = np.array([len(t) == 1 and tokenization.is_cjk(t) for t in vocab])
     self.segment = None
     if options.chinese_word_segmenter == "jieba":
-      import jieba
+      jieba = extras.require(
+          "jieba", "pip install 'bertexp[chinese]'",
+          "--chinese_word_segmenter=jieba")
       jieba.setLogLevel(logging.WARNING)
       self.segment = jieba.lcut
 

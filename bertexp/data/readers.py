@@ -133,8 +133,11 @@ def _table_rows(path, delimiter):
 
 
 def read_table(path, text_columns, label_column=None, id_column=None,
-               positions=None, skip_malformed_rows=False):
+               positions=None, skip_malformed_rows=False, id_required=False):
   """Reads a TSV/CSV with a header (or fixed `positions` name -> index).
+
+  Without an `id_column` in the header examples are numbered from 0, unless
+  `id_required` (a column the user named), which makes it an error.
 
   A row whose column count differs from the header's is an error naming its
   line, or with skip_malformed_rows is left out and its line recorded in
@@ -152,6 +155,9 @@ def read_table(path, text_columns, label_column=None, id_column=None,
     _, header = first
     indices = _column_getter(path, header, wanted)
     id_index = header.index(id_column) if id_column in header else None
+    if id_required and id_index is None:
+      raise ValueError(f"{path}: no column {id_column!r} (the id column) in "
+                       f"the header {header}")
     width = len(header)
   else:
     indices = [positions[n] for n in wanted]
@@ -184,7 +190,8 @@ def read_table(path, text_columns, label_column=None, id_column=None,
   return rows
 
 
-def read_jsonl(path, text_columns, label_column=None, id_column=None):
+def read_jsonl(path, text_columns, label_column=None, id_column=None,
+               id_required=False):
   rows = Rows(path, [], [] if len(text_columns) > 1 else None,
               [] if label_column else None, [], [])
   lines = _split_lines(path, fileio.read_text(path))
@@ -198,7 +205,8 @@ def read_jsonl(path, text_columns, label_column=None, id_column=None):
     if not isinstance(record, dict):
       raise ValueError(f"{path}:{number}: expected a JSON object, found "
                        f"{type(record).__name__}")
-    wanted = list(text_columns) + ([label_column] if label_column else [])
+    wanted = list(text_columns) + ([label_column] if label_column else []) + (
+        [id_column] if id_required else [])
     missing = [c for c in wanted if c not in record]
     if missing:
       raise ValueError(f"{path}:{number}: missing field(s) {missing}")
@@ -214,10 +222,12 @@ def read_jsonl(path, text_columns, label_column=None, id_column=None):
   return rows
 
 
-def read_any(path, text_columns, label_column=None, id_column=None):
+def read_any(path, text_columns, label_column=None, id_column=None,
+             id_required=False):
   if path.lower().endswith((".jsonl", ".json")):
-    return read_jsonl(path, text_columns, label_column, id_column)
-  return read_table(path, text_columns, label_column, id_column)
+    return read_jsonl(path, text_columns, label_column, id_column, id_required)
+  return read_table(path, text_columns, label_column, id_column,
+                    id_required=id_required)
 
 
 def read_glue(spec, path, with_labels):

@@ -11,7 +11,7 @@ and counted (the count is returned and logged), never silently kept wrong.
 """
 import dataclasses
 import logging
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from bertexp import fileio
 from bertexp import squad_metrics

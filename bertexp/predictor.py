@@ -1,0 +1,119 @@
+"""`bertexp.Predictor`: an exported model (`--mode=export`) as a Python object.
+
+    predictor = bertexp.Predictor("runs/mrpc/export")       # newest version
+    predictor.predict(["a fine film", "dull"])              # one text per row
+    predictor.predict([("sentence a", "sentence b")])       # pairs
+    predictor.answer("Who wrote it?", "It was written by Ann.")
+
+It calls the SavedModel's `serve_text` signature (tokenizer and packing in
+the graph, as `bertexp prepare` does), in batches of `batch_size`.
+"""
+import tensorflow as tf
+
+from bertexp import fileio
+
+
+def _resolve_export_dir(path):
+  """A SavedModel folder; an export/ folder or a MODEL_DIR gives its newest
+  version."""
+  if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+    return path
+  for folder in (path, fileio.join(path, "export")):
+    if not tf.io.gfile.isdir(folder):
+      continue
+    versions = sorted((int(name.strip("/")) for name in tf.io.gfile.listdir(folder)
+                       if name.strip("/").isdigit()), reverse=True)
+    for version in versions:
+      candidate = fileio.join(folder, str(version))
+      if tf.io.gfile.exists(fileio.join(candidate, "saved_model.pb")):
+        return candidate
+  raise FileNotFoundError(f"{path}: no exported model (a SavedModel folder, an "
+                          "export/ folder or a MODEL_DIR after --mode=export)")
+
+
+def _text(value, what):
+  if not isinstance(value, str):
+    raise ValueError(f"{what}: expected a string, got {type(value).__name__}")
+  return value
+
+
+class Predictor:
+  """Classification, regression or question answering from an export.
+
+  `predict(rows)` -> one dict per row: {"label", "probabilities"} for a
+  classifier (probabilities in label-id order), {"value"} for regression.
+  `answer(question, context)` -> {"answer", "score", "context_truncated"}
+  (SQuAD v2.0 models also "null_score_diff"); lists of questions and
+  contexts give a list.
+  """
+
+  def __init__(self, export_dir, batch_size=64):
+    import tensorflow_text  # noqa: F401  (registers serve_text's tokenizer ops)
+    self.export_dir = _resolve_export_dir(export_dir)
+    self.batch_size = batch_size
+    self._loaded = tf.saved_model.load(self.export_dir)
+    if "serve_text" not in self._loaded.signatures:
+      raise ValueError(f"{self.export_dir}: exported without a serve_text "
+                       "signature (no vocabulary was configured)")
+    self._serve = self._loaded.signatures["serve_text"]
+    self.inputs = sorted(self._serve.structured_input_signature[1])
+
+  def _run(self, columns):
+    """{input name: [str]} -> {output name: numpy array}, batch by batch."""
+    size = len(next(iter(columns.values())))
+    pieces = {}
+    for start in range(0, size, self.batch_size):
+      batch = {k: tf.constant(v[start:start + self.batch_size], tf.string)
+               for k, v in columns.items()}
+      for name, value in self._serve(**batch).items():
+        pieces.setdefault(name, []).append(value.numpy())
+    return {name: [x for part in parts for x in part]
+            for name, parts in pieces.items()}
+
+  def predict(self, rows):
+    """Texts (one-text models) or (text_a, text_b) pairs -> dicts."""
+    if self.inputs == ["context", "question"]:
+      raise ValueError("a question-answering model: use answer(question, "
+                       "context)")
+    rows = list(rows)
+    if self.inputs == ["text"]:
+      columns = {"text": [_text(r, f"row {i}") for i, r in enumerate(rows)]}
+    else:
+      for i, row in enumerate(rows):
+        if not isinstance(row, (tuple, list)) or len(row) != 2:
+          raise ValueError(f"row {i}: this model reads pairs (text_a, "
+                           f"text_b), got {row!r}")
+      columns = {"text_a": [_text(a, f"row {i}") for i, (a, _) in enumerate(rows)],
+                 "text_b": [_text(b, f"row {i}") for i, (_, b) in enumerate(rows)]}
+    if not rows:
+      return []
+    out = self._run(columns)
+    if "value" in out:
+      return [{"value": float(v)} for v in out["value"]]
+    return [{"label": label.decode(), "probabilities": [float(p) for p in probs]}
+            for label, probs in zip(out["label"], out["probabilities"])]
+
+  def answer(self, question, context):
+    """The answer span of `context` for `question` (or lists of both)."""
+    if self.inputs != ["context", "question"]:
+      raise ValueError("not a question-answering model: use predict(rows)")
+    single = isinstance(question, str)
+    questions = [question] if single else list(question)
+    contexts = [context] if single else list(context)
+    if len(questions) != len(contexts):
+      raise ValueError(f"{len(questions)} questions but {len(contexts)} "
+                       "contexts")
+    if not questions:
+      return []
+    out = self._run({
+        "question": [_text(q, f"question {i}") for i, q in enumerate(questions)],
+        "context": [_text(c, f"context {i}") for i, c in enumerate(contexts)]})
+    results = []
+    for i in range(len(questions)):
+      result = {"answer": out["answer"][i].decode(),
+                "score": float(out["score"][i]),
+                "context_truncated": bool(out["context_truncated"][i])}
+      if "null_score_diff" in out:
+        result["null_score_diff"] = float(out["null_score_diff"][i])
+      results.append(result)
+    return results[0] if single else results

@@ -224,20 +224,11 @@ def parity(encoder, reference_fn):
 def write_checkpoint_folder(encoder, vocab_file, output_dir):
   """bert_config.json + vocab.txt + bert_model.ckpt, written atomically."""
   tokenization.load_vocab(vocab_file)        # refuse a vocab without [CLS]...
-  tmp = fileio.temp_name(output_dir.rstrip("/"))
-  tf.io.gfile.makedirs(tmp)
-  try:
+  with fileio.atomic_folder(output_dir) as tmp:
     fileio.write_text(fileio.join(tmp, "bert_config.json"),
                       encoder.config.to_json_string() + "\n")
     tf.io.gfile.copy(vocab_file, fileio.join(tmp, "vocab.txt"), overwrite=True)
     tf.train.Checkpoint(encoder=encoder).write(fileio.join(tmp, "bert_model.ckpt"))
-    tf.io.gfile.makedirs(output_dir)
-    for name in tf.io.gfile.listdir(tmp):
-      tf.io.gfile.rename(fileio.join(tmp, name), fileio.join(output_dir, name),
-                         overwrite=True)
-  finally:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
   return output_dir
 
 

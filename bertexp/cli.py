@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import traceback
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
@@ -101,6 +102,12 @@ def cmd_build_vocab(args):
 
 
 def cmd_convert(args):
+  if args.target == "huggingface":
+    from bertexp import hf_export
+    hf_export.export_huggingface(args.input, args.output,
+                                 bert_config_file=args.bert_config_file,
+                                 vocab_file=args.vocab_file)
+    return
   from bertexp import checkpoints
   convert = {"huggingface": checkpoints.convert_huggingface,
              "tf1": checkpoints.convert_tf1,
@@ -303,12 +310,22 @@ def build_parser():
   voc.set_defaults(func=cmd_build_vocab)
 
   conv = add(sub, "convert-checkpoint",
-                        help="foreign checkpoint -> bertexp checkpoint folder")
-  conv.add_argument("--from", dest="source", required=True,
-                    choices=["huggingface", "tf1", "model_garden"])
+             help="foreign checkpoint -> bertexp checkpoint folder, or "
+                  "bertexp -> Hugging Face (--to=huggingface)")
+  direction = conv.add_mutually_exclusive_group(required=True)
+  direction.add_argument("--from", dest="source",
+                         choices=["huggingface", "tf1", "model_garden"])
+  direction.add_argument("--to", dest="target", choices=["huggingface"],
+                         help="a MODEL_DIR, checkpoint or encoder folder -> "
+                              "a transformers model folder")
   conv.add_argument("--input", required=True)
   conv.add_argument("--output", required=True)
-  conv.add_argument("--tolerance", type=float, default=1e-5)
+  conv.add_argument("--tolerance", type=float, default=1e-5,
+                    help="--from: parity tolerance")
+  conv.add_argument("--bert_config_file",
+                    help="--to: default the run's BERT_CONFIG_FILE")
+  conv.add_argument("--vocab_file",
+                    help="--to: default the vocabulary beside it")
   conv.set_defaults(func=cmd_convert)
 
   squad = add(sub, "evaluate-squad",
@@ -328,6 +345,28 @@ def build_parser():
   return parser
 
 
+def load_tensorflow_quietly():
+  """Imports TensorFlow and probes its devices with file descriptor 2
+  pointed at a temporary file: its C++ start-up lines (oneDNN notice, CUDA
+  probing on a machine without GPUs) are written there before any log
+  setting applies. They are replayed if the import fails. Listing physical
+  devices does not initialise the runtime (multi-worker setup still can)."""
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as capture:
+    os.dup2(capture.fileno(), 2)
+    try:
+      import tensorflow as tf
+      tf.config.list_physical_devices()
+    except BaseException:
+      os.dup2(saved, 2)
+      capture.seek(0)
+      sys.stderr.buffer.write(capture.read())
+      raise
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
 def main(argv=None):
   args = build_parser().parse_args(normalise_flag_spelling(
       sys.argv[1:] if argv is None else argv))
@@ -335,9 +374,9 @@ def main(argv=None):
                       format="%(asctime)s %(levelname)s %(message)s")
   for handler in logging.getLogger().handlers:
     handler.addFilter(_DropOrbitEcho())
-  # Before TensorFlow loads: its C++ start-up lines (CUDA probing, oneDNN)
-  # are noise unless asked for. Errors still surface as Python exceptions.
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if args.verbose else "3")
+  if not args.verbose:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    load_tensorflow_quietly()
   try:
     args.func(args)
   except stop_signals.RunStopped as e:

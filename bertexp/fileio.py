@@ -72,6 +72,24 @@ def atomic_path(path):
       tf.io.gfile.remove(tmp)
 
 
+@contextlib.contextmanager
+def atomic_folder(output_dir):
+  """Yields a temporary folder to write files into; when the block succeeds
+  they are renamed into `output_dir` (created if needed). Whatever fails,
+  nothing half-written is left behind."""
+  tmp = temp_name(output_dir.rstrip("/"))
+  tf.io.gfile.makedirs(tmp)
+  try:
+    yield tmp
+    tf.io.gfile.makedirs(output_dir)
+    for name in tf.io.gfile.listdir(tmp):
+      name = name.rstrip("/")
+      tf.io.gfile.rename(join(tmp, name), join(output_dir, name), overwrite=True)
+  finally:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+
+
 def write_text(path, text):
   with atomic_path(path) as tmp:
     with tf.io.gfile.GFile(tmp, "w") as f:

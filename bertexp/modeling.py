@@ -3,6 +3,7 @@
 Shape legend: B batch, S sequence length, H hidden size, N attention heads,
 D = H / N head size, I intermediate size, L number of labels.
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -113,7 +114,24 @@ _ACTIVATIONS = {
 }
 
 
+_PORTABLE_ACTIVATIONS = []   # non-empty inside portable_activations()
+
+
+@contextlib.contextmanager
+def portable_activations():
+  """Models built inside use TensorFlow's own exact gelu (tf.nn.gelu), which
+  the TFLite converter maps to its builtin GELU; the faster erf form above
+  would need TF Select ops there. Same values within 1e-6."""
+  _PORTABLE_ACTIVATIONS.append(True)
+  try:
+    yield
+  finally:
+    _PORTABLE_ACTIVATIONS.pop()
+
+
 def get_activation(name):
+  if name.lower() == "gelu" and _PORTABLE_ACTIVATIONS:
+    return lambda x: tf.nn.gelu(x, approximate=False)
   try:
     return _ACTIVATIONS[name.lower()]
   except KeyError:

@@ -1,5 +1,6 @@
 """train / eval / predict / export: strategy -> task -> model -> optimizer ->
 trainer -> orbit.Controller, all from gin bindings of `bertexp.experiment`."""
+import contextlib
 import dataclasses
 import logging
 
@@ -161,7 +162,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                init_optimizer_state=False, loss_upper_bound=None,
                max_consecutive_bad_steps=25, recovery_max_trials=3,
                gradient_accumulation_steps=1, pad_to_multiple_of=16,
-               group_by_length=False, config_text=None):
+               group_by_length=False, summary_histograms_every=None,
+               config_text=None):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
@@ -188,6 +190,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   batch keeps max_seq_length; TPUs always do). group_by_length: training
   batches of similar lengths (Hugging Face's semantics; it changes which
   examples share a batch, so it is off by default).
+  summary_histograms_every: per-layer gradient and weight norms and
+  histograms in TensorBoard every this many steps (None: off, for speed).
   config_text (given by the command line, not by gin): the parsed gin files
   and bindings, saved in MODEL_DIR as config.gin when training starts and as
   config_<mode>.gin by the other modes (so predict or export never overwrite
@@ -232,7 +236,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   fileio.makedirs(model_dir)
   if config_text is not None and mode not in ("train", "train_and_eval"):
     fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
-  with strategy.scope():
+  with strategy.scope(), (modeling.portable_activations()
+                          if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
                            require_pretrained_encoder)
@@ -253,7 +258,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                         global_batch_size=train_batch_size,
                         eval_batch_size=eval_batch_size, clip_norm=clip_norm,
                         jit_compile=jit_compile,
-                        pad_to_multiple_of=pad_to_multiple_of)
+                        pad_to_multiple_of=pad_to_multiple_of,
+                        summary_histograms_every=summary_histograms_every)
   if mode in ("eval", "predict"):
     with strategy.scope():
       optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import layer_summaries
 from bertexp import modeling
 from bertexp import orbit_import
 from bertexp.data import pipeline
@@ -161,7 +162,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
                eval_batch_size, total_steps, clip_norm=1.0, jit_compile=False,
                train_dataset=None, state=None, loss_upper_bound=None,
                max_consecutive_bad_steps=25, gradient_accumulation_steps=1,
-               pad_to_multiple_of=None):
+               pad_to_multiple_of=None, summary_histograms_every=None):
     check_accumulation(global_batch_size, gradient_accumulation_steps,
                        strategy.num_replicas_in_sync)
     self.task, self.model, self.optimizer = task, model, optimizer
@@ -176,6 +177,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.total_steps = total_steps
     self.clip_norm = clip_norm
     self.jit_compile = jit_compile
+    # Per-layer norms and histograms (bertexp.layer_summaries); None: off.
+    self.summary_histograms_every = summary_histograms_every
     self.global_step = optimizer.iterations
     with strategy.scope():
       self.train_loss = tf_keras.metrics.Mean("loss")
@@ -280,6 +283,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # or the norm (and the clip) would be of the pieces, not the gradient.
     grads = [_merge_repeated_rows(g) for g in grads]
     norm = tf.linalg.global_norm(grads)
+    if self.summary_histograms_every:
+      self._layer_summaries(grads, variables)
     if self.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
     global_loss = (context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
@@ -303,6 +308,18 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.gradient_norm.update_state(tf.where(good, norm, 0.0),
                                     tf.cast(good, tf.float32))
     return tf.logical_not(good)
+
+  def _layer_summaries(self, grads, variables):
+    """Per-layer summaries of this step's (unclipped, summed) gradients and
+    of the weights it updates, on steps that are multiples of
+    summary_histograms_every."""
+    step = self.global_step + 1      # the step this update completes
+
+    def write():
+      layer_summaries.write(step, grads, variables)
+      return tf.constant(True)
+    tf.cond(tf.equal(step % self.summary_histograms_every, 0), write,
+            lambda: tf.constant(False))
 
   def _dropout_seed(self, context):
     """[2] seed of this step's dropout masks on this replica: a function of
@@ -396,6 +413,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
             "gradient_norm": self.gradient_norm.result(),
             "nonfinite_steps": self.state.nonfinite_steps.read_value(),
             "learning_rate": self.current_learning_rate(),
+            **self._loss_scale(),
             "examples_per_second": examples_per_second}
     for metric in self.train_metrics:
       logs[metric.name] = metric.result()
@@ -404,6 +422,12 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
                  self.total_steps, float(logs["loss"]), examples_per_second,
                  _format_seconds(eta))
     return logs
+
+  def _loss_scale(self):
+    """{"loss_scale": the dynamic loss scale} under mixed_float16, else {}."""
+    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+      return {"loss_scale": tf.convert_to_tensor(self.optimizer.loss_scale)}
+    return {}
 
   def current_learning_rate(self):
     lr = self.optimizer.learning_rate

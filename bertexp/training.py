@@ -15,6 +15,7 @@ from bertexp import encoders
 from bertexp import fileio
 from bertexp import optimization
 from bertexp import orbit_import
+from bertexp import run_records
 from bertexp import safe_checkpoints
 from bertexp import stop_signals
 from bertexp import trainer as trainer_lib
@@ -198,6 +199,8 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
 
   def on_train_loop(output):
     last["train"] = output
+    run_records.append_metrics(model_dir, int(trainer.global_step.numpy()),
+                               "train", output)
     if not written:
       fileio.write_text(fileio.join(model_dir, "operative_config.gin"),
                         gin.operative_config_str())
@@ -206,6 +209,7 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
   def on_eval(output):
     last["eval"] = output
     step = int(trainer.global_step.numpy())
+    run_records.append_metrics(model_dir, step, "eval", output)
     logging.info("eval at step %d/%d: %s", step, trainer.total_steps,
                  "  ".join(f"{k} {float(v):.4g}" for k, v in output.items()))
     best.update(step, output)
@@ -249,10 +253,13 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
       checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
   _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
                  init_optimizer_state, initialise)
-  if int(optimizer.iterations.numpy()) >= schedule.total_steps > 0:
-    return _already_finished(model_dir, int(optimizer.iterations.numpy()))
+  if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
+    return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
     fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
+    run_records.write_header(fileio.join(model_dir, "summaries", "train"),
+                             config_text,
+                             step=checkpoint_step(resume_from) if resume_from else 0)
   trainer = trainer_lib.Trainer(
       optimizer=optimizer, total_steps=schedule.total_steps, state=state,
       train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
@@ -309,6 +316,16 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   logging.info("Training Summary:\n%s", text)
   print("Training Summary: " + text, flush=True)
   return summary
+
+
+def checkpoint_step(prefix):
+  """The optimizer step a training checkpoint was written at (read from the
+  file: the orbit Controller restores the checkpoint itself, later)."""
+  steps = sorted((name for name, _ in tf.train.list_variables(prefix)
+                  if name.startswith("optimizer/") and
+                  name.endswith("_iterations/.ATTRIBUTES/VARIABLE_VALUE")),
+                 key=len)
+  return int(tf.train.load_variable(prefix, steps[0])) if steps else 0
 
 
 def _already_finished(model_dir, step):

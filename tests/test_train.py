@@ -2,6 +2,7 @@
 a shipped GLUE experiment with only bindings changed, and a ram:// run."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -48,10 +49,11 @@ def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
   # One progress line per loop and one per evaluation (bertexp's), without
   # Orbit's echo of them (a dict of numpy scalars on stdout).
   assert "step 2/2  loss" in caplog.text
-  assert "eval at step 2/2: accuracy" in caplog.text
+  assert re.search(r"eval at step 2/2: .*accuracy \d", caplog.text)
   printed = capsys.readouterr().out
   assert "Training Summary:" in printed
   assert "train | step:" not in printed and "np.float32" not in printed
+  _check_run_records(model_dir, summary)
   summary = _read_json(f"{model_dir}/training_summary.json")
   assert summary["total_training_steps"] == 2 and summary["steps_this_run"] == 2
   assert summary["eval_metrics"]["num_examples"] == 16
@@ -172,6 +174,30 @@ def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
                              atol=1e-5)
   expected = ["0", "1"]
   assert served["label"] == [expected[int(np.argmax(r))] for r in predicted_rows]
+
+
+def _check_run_records(model_dir, summary):
+  """metrics.csv has every loop's and evaluation's metrics; TensorBoard's
+  train events hold the configuration text and the HParams session."""
+  import csv
+  with open(f"{model_dir}/metrics.csv") as f:
+    rows = list(csv.DictReader(f))
+  train_loss = {int(r["step"]): float(r["value"]) for r in rows
+                if r["split"] == "train" and r["metric"] == "loss"}
+  assert sorted(train_loss) == [1, 2]
+  assert train_loss[2] == pytest.approx(summary["train_loss"])
+  eval_accuracy = [float(r["value"]) for r in rows
+                   if r["split"] == "eval" and r["metric"] == "accuracy"]
+  assert eval_accuracy == [pytest.approx(summary["eval_metrics"]["accuracy"])]
+  tags = {}
+  for path in tf.io.gfile.glob(f"{model_dir}/summaries/train/events.*"):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        tags[value.tag] = value
+  assert "LEARNING_RATE" in tags["config"].tensor.string_val[0].decode()
+  session = tags["_hparams_/session_start_info"].metadata.plugin_data.content
+  assert b"TRAIN_BATCH_SIZE" in session and b"LEARNING_RATE" in session
+  assert {"loss", "learning_rate", "gradient_norm"} <= set(tags)
 
 
 def _check_predictor(model_dir, predicted_rows):

@@ -1,0 +1,70 @@
+"""Per-layer TensorBoard summaries of training: what pretraining guides say
+to watch (a layer whose gradients vanish or explode, weights that drift).
+
+Every `every` steps, for each layer (embeddings, layer_00 ... layer_NN,
+pooler, head): the global norm of its gradients and of its weights as
+scalars (`gradient_norm/layer_03`, `weight_norm/layer_03`) and the values of
+its weights and gradients as histograms (`weights/layer_03`,
+`gradients/layer_03`). Computed only on the steps that write them.
+"""
+import re
+
+import tensorflow as tf
+
+_BLOCK = re.compile(r"(?:^|/)layer_(\d+)/")
+
+
+def layer_of(variable_name):
+  """The layer a variable belongs to, from its name."""
+  block = _BLOCK.search(variable_name)
+  if block:
+    return f"layer_{int(block.group(1)):02d}"
+  for part in ("embeddings", "pooler"):
+    if f"/{part}/" in f"/{variable_name}":
+      return part
+  return "head"
+
+
+def group_by_layer(variables):
+  """{layer: [index into variables]}, layers in first-seen order."""
+  groups = {}
+  for i, variable in enumerate(variables):
+    groups.setdefault(layer_of(variable.name), []).append(i)
+  return groups
+
+
+def _flat(tensors):
+  """One float32 vector of all the values (a sparse gradient's rows only)."""
+  values = [t.values if isinstance(t, tf.IndexedSlices) else t for t in tensors]
+  return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in values],
+                   0)
+
+
+def layer_norms(grads, variables):
+  """{"gradient_norm/<layer>": norm, "weight_norm/<layer>": norm}."""
+  norms = {}
+  for layer, indices in group_by_layer(variables).items():
+    norms[f"gradient_norm/{layer}"] = tf.linalg.global_norm(
+        [grads[i] for i in indices])
+    norms[f"weight_norm/{layer}"] = tf.linalg.global_norm(
+        [variables[i] for i in indices])
+  return norms
+
+
+def write(step, grads, variables):
+  """The scalars and histograms above at `step` to the default writer
+  (recorded whatever the surrounding record_if says; under a distribution
+  strategy by the first replica only)."""
+  # Tags without the name scopes of the loop and cond around the call.
+  with tf.summary.record_if(True), tf.compat.v1.name_scope(None):
+    _write(step, grads, variables)
+
+
+def _write(step, grads, variables):
+  for name, value in layer_norms(grads, variables).items():
+    tf.summary.scalar(name, value, step=step)
+  for layer, indices in group_by_layer(variables).items():
+    tf.summary.histogram(f"weights/{layer}",
+                         _flat([variables[i] for i in indices]), step=step)
+    tf.summary.histogram(f"gradients/{layer}",
+                         _flat([grads[i] for i in indices]), step=step)

@@ -1,0 +1,78 @@
+"""The README's "Quick start with your own data", command for command: a
+Hugging Face BERT folder (real MiniLM weights) -> convert -> prepare CSV
+files -> the shipped template -> train -> predict -> export -> Predictor.
+Only the training length is cut short with --gin_param."""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from bertexp import gin_setup
+from conftest import MINILM_HF, NEGATIVE, POSITIVE, requires_minilm
+
+BERTEXP = os.path.join(os.path.dirname(sys.executable), "bertexp")
+SHORT = ["--gin_param=TRAIN_STEPS=4", "--gin_param=TRAIN_BATCH_SIZE=8",
+         "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=STEPS_PER_LOOP=2"]
+
+
+def _run(args, cwd):
+  result = subprocess.run(args, cwd=cwd, capture_output=True, text=True,
+                          timeout=900)
+  assert result.returncode == 0, (args, result.stdout[-2000:],
+                                  result.stderr[-3000:])
+  return result.stdout
+
+
+def _write_csv(path, rows, header):
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def test_your_data_in_ten_minutes(tmp_path):
+  requires_minilm()
+  labelled = [(s, "positive") for s in POSITIVE] + [
+      (s, "negative") for s in NEGATIVE]
+  _write_csv(tmp_path / "train.csv", labelled * 2, ["text", "label"])
+  _write_csv(tmp_path / "dev.csv", labelled, ["text", "label"])
+  test_sentences = POSITIVE[:3] + NEGATIVE[:3]
+  _write_csv(tmp_path / "test.csv",
+             [(f"q{i}", s) for i, s in enumerate(test_sentences)],
+             ["id", "text"])
+
+  _run([BERTEXP, "convert-checkpoint", "--from=huggingface",
+        f"--input={MINILM_HF}", "--output=my_bert"], tmp_path)
+  _run([BERTEXP, "prepare", "classification", "--task_name=my_task",
+        "--train_file=train.csv", "--eval_file=dev.csv",
+        "--test_file=test.csv", "--text_columns=text", "--label_column=label",
+        "--id_column=id", "--vocab_file=my_bert/vocab.txt",
+        "--output_dir=my_data", "--max_seq_length=32"], tmp_path)
+  shutil.copy(os.path.join(gin_setup.EXPERIMENTS_DIR, "templates",
+                           "classification.gin"), tmp_path / "my_task.gin")
+  out = _run([BERTEXP, "train", "--gin_file=my_task.gin"] + SHORT, tmp_path)
+  assert "Training Summary:" in out
+  _run([BERTEXP, "train", "--gin_file=my_task.gin", "--mode=predict"], tmp_path)
+  _run([BERTEXP, "train", "--gin_file=my_task.gin", "--mode=export"], tmp_path)
+
+  run = tmp_path / "runs" / "my_task"
+  submission = (run / "submission" / "my_task.tsv").read_text().splitlines()
+  assert submission[0] == "index\tprediction"
+  assert [line.split("\t")[0] for line in submission[1:]] == [
+      f"q{i}" for i in range(6)]
+  assert {line.split("\t")[1] for line in submission[1:]} <= {
+      "negative", "positive"}
+  # The exported model, from Python: --mode=predict's probabilities.
+  script = ("import json, bertexp\n"
+            f"rows = bertexp.Predictor('runs/my_task').predict({test_sentences!r})\n"
+            "print(json.dumps(rows))\n")
+  served = __import__("json").loads(_run([sys.executable, "-c", script],
+                                         tmp_path).strip().splitlines()[-1])
+  predicted = np.loadtxt(run / "test_results.tsv", ndmin=2)
+  np.testing.assert_allclose([r["probabilities"] for r in served], predicted,
+                             atol=1e-5)
+  assert [r["label"] for r in served] == [
+      ["negative", "positive"][int(np.argmax(p))] for p in predicted]

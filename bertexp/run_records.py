@@ -2,10 +2,11 @@
 hyperparameters for TensorBoard (a text summary, the HParams dashboard) and
 a metrics.csv for people who plot with pandas.
 
-    summaries/train  "config" (text, step 0) and an HParams session whose
+    summaries        "config" (text) and an HParams session whose
                      hyperparameters are the run's macros (LEARNING_RATE,
-                     TRAIN_BATCH_SIZE, ...); the eval scalars are its metrics,
-                     so a sweep's trials line up in TensorBoard's HParams tab
+                     TRAIN_BATCH_SIZE, ...); the scalars of its train/ and
+                     eval/ subfolders are its metrics, so a sweep's trials
+                     line up in TensorBoard's HParams tab
     metrics.csv      step,split,metric,value: one row per metric of every
                      train loop and evaluation
 """

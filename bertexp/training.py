@@ -257,8 +257,7 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
     return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
     fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
-    run_records.write_header(fileio.join(model_dir, "summaries", "train"),
-                             config_text,
+    run_records.write_header(fileio.join(model_dir, "summaries"), config_text,
                              step=checkpoint_step(resume_from) if resume_from else 0)
   trainer = trainer_lib.Trainer(
       optimizer=optimizer, total_steps=schedule.total_steps, state=state,

@@ -45,21 +45,20 @@ def test_tfjob_command_parses_as_a_multi_worker_run():
   assert gin.query_parameter("%MODEL_DIR").startswith("gs://")
 
 
-def test_injected_tf_config_makes_the_strategy_of_the_manifest(tmp_path):
-  """Worker 1's TF_CONFIG (host names made local ports: nothing else
-  changes) through the manifest's gin files into bertexp.make_strategy, in
-  a fresh process: 2 replicas in sync, worker 1's files go under workers/."""
+def test_injected_tf_config_makes_the_strategy_of_the_manifest():
+  """Each worker's TF_CONFIG as the operator injects it (host names made
+  local ports: nothing else changes) through the manifest's gin files into
+  bertexp.make_strategy, both workers at once in their own processes: 2
+  replicas in sync; worker 0 writes MODEL_DIR, worker 1 under workers/."""
+  import socket
   job = _tfjob()
   container = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"][
       "containers"][0]
-  config = _operator_tf_config(job, index=1)
-  import socket
   ports = []
-  for _ in config["cluster"]["worker"]:
+  for _ in range(2):
     with socket.socket() as s:
       s.bind(("localhost", 0))
       ports.append(s.getsockname()[1])
-  config["cluster"]["worker"] = [f"localhost:{p}" for p in ports]
   script = (
       "import json, sys\n"
       "from bertexp import cli, run, strategy\n"
@@ -68,13 +67,26 @@ def test_injected_tf_config_makes_the_strategy_of_the_manifest(tmp_path):
       "s = strategy.make_strategy()\n"
       "print(json.dumps([type(s).__name__, s.num_replicas_in_sync,\n"
       "                  run.worker_model_dir(s, 'gs://b/runs/mnli')]))\n")
-  result = subprocess.run(
-      [sys.executable, "-c", script, json.dumps(container["args"])],
-      cwd=REPO, capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, TF_CONFIG=json.dumps(config),
-               PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert result.returncode == 0, result.stderr[-3000:]
-  kind, replicas, model_dir = json.loads(result.stdout.strip().splitlines()[-1])
-  assert kind == "MultiWorkerMirroredStrategy"
-  assert replicas == 2
-  assert model_dir == "gs://b/runs/mnli/workers/worker_1"
+  workers = []
+  for index in range(2):
+    config = _operator_tf_config(job, index=index)
+    assert config["cluster"]["worker"][index].startswith(
+        f"bertexp-mnli-worker-{index}.")
+    config["cluster"]["worker"] = [f"localhost:{p}" for p in ports]
+    workers.append(subprocess.Popen(
+        [sys.executable, "-c", script, json.dumps(container["args"])],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, TF_CONFIG=json.dumps(config), PYTHONPATH=REPO,
+                 TF_CPP_MIN_LOG_LEVEL="3")))
+  results = []
+  try:
+    for worker in workers:
+      out, err = worker.communicate(timeout=300)
+      assert worker.returncode == 0, err[-3000:]
+      results.append(json.loads(out.strip().splitlines()[-1]))
+  finally:
+    for worker in workers:
+      worker.kill()
+  assert results == [
+      ["MultiWorkerMirroredStrategy", 2, "gs://b/runs/mnli"],
+      ["MultiWorkerMirroredStrategy", 2, "gs://b/runs/mnli/workers/worker_1"]]

@@ -53,8 +53,8 @@ def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
   printed = capsys.readouterr().out
   assert "Training Summary:" in printed
   assert "train | step:" not in printed and "np.float32" not in printed
-  _check_run_records(model_dir, summary)
   summary = _read_json(f"{model_dir}/training_summary.json")
+  _check_run_records(model_dir, summary)
   assert summary["total_training_steps"] == 2 and summary["steps_this_run"] == 2
   assert summary["eval_metrics"]["num_examples"] == 16
   assert 0.0 <= summary["eval_metrics"]["accuracy"] <= 1.0
@@ -178,7 +178,8 @@ def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
 
 def _check_run_records(model_dir, summary):
   """metrics.csv has every loop's and evaluation's metrics; TensorBoard's
-  train events hold the configuration text and the HParams session."""
+  events hold the configuration text and the HParams session (in
+  summaries/, whose train/ and eval/ hold its metrics) and the scalars."""
   import csv
   with open(f"{model_dir}/metrics.csv") as f:
     rows = list(csv.DictReader(f))
@@ -190,7 +191,8 @@ def _check_run_records(model_dir, summary):
                    if r["split"] == "eval" and r["metric"] == "accuracy"]
   assert eval_accuracy == [pytest.approx(summary["eval_metrics"]["accuracy"])]
   tags = {}
-  for path in tf.io.gfile.glob(f"{model_dir}/summaries/train/events.*"):
+  for path in tf.io.gfile.glob(f"{model_dir}/summaries/events.*") + (
+      tf.io.gfile.glob(f"{model_dir}/summaries/train/events.*")):
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
         tags[value.tag] = value

@@ -3,7 +3,9 @@
 Record features (names are the encoder's input names, end to end):
   input_word_ids, input_mask, input_type_ids: int64 [S]
   label_ids: int64 [1] (classification) or float [1] (regression)
-  example_id: int64 [1], the row's position in its file (for submissions).
+  example_id: int64 [1], the file's integer id (GLUE `index`) or the row's
+    position in its file; text ids ("q17") are kept in `<record file>.ids.txt`
+    and written back into the submission by --mode=predict.
 """
 import logging
 
@@ -44,12 +46,26 @@ def encode_labels(rows, label_names, regression):
   return ids
 
 
-def _numeric_ids(rows, start, end):
-  """The file's own integer ids (GLUE `index`) where it has them, else row numbers."""
+def _integer_ids(rows):
+  """True when every id of the file is an integer (GLUE `index`)."""
   try:
-    return np.array([int(i) for i in rows.example_ids[start:end]], np.int64)
+    [int(i) for i in rows.example_ids]
   except ValueError:
-    return np.arange(start, min(end, len(rows)), dtype=np.int64)
+    return False
+  return True
+
+
+def _numeric_ids(rows, start, end):
+  """The file's own integer ids where it has them, else row numbers (its
+  text ids then go to the ids file: see write_split)."""
+  if _integer_ids(rows):
+    return np.array([int(i) for i in rows.example_ids[start:end]], np.int64)
+  return np.arange(start, min(end, len(rows)), dtype=np.int64)
+
+
+def ids_path(record_path):
+  """Where a split's text ids are kept: line k is example_id k's id."""
+  return record_path + ".ids.txt"
 
 
 def write_split(rows, tokenizer, max_seq_length, label_values, path):
@@ -68,6 +84,10 @@ def write_split(rows, tokenizer, max_seq_length, label_values, path):
       features["example_id"] = _numeric_ids(rows, start, end)
       writer.write_batch(features)
     writer.commit()
+    if not _integer_ids(rows):   # ids such as "q17": kept beside the records
+      fileio.write_text(ids_path(path), "\n".join(rows.example_ids) + "\n")
+    elif tf.io.gfile.exists(ids_path(path)):   # from an earlier prepare
+      tf.io.gfile.remove(ids_path(path))
   except BaseException:
     writer.abort()
     raise
@@ -108,9 +128,9 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   try:
     for name, rows, _ in splits:
       path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
+      written.append(path)       # removed (with its ids file) on a failure
       sizes[name], truncated[name] = write_split(
           rows, tokenizer, max_seq_length, labels[name], path)
-      written.append(path)
       logging.info("wrote %d examples to %s", sizes[name], path)
     meta = {
         "task": task_name,
@@ -133,8 +153,9 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:
     for path in written:
-      if tf.io.gfile.exists(path):
-        tf.io.gfile.remove(path)
+      for leftover in (path, ids_path(path)):
+        if tf.io.gfile.exists(leftover):
+          tf.io.gfile.remove(leftover)
     raise
   return meta
 

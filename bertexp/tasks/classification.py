@@ -12,6 +12,7 @@ from bertexp import metrics
 from bertexp import memory_plan
 from bertexp import modeling
 from bertexp.data import pipeline
+from bertexp.data import prepare
 from bertexp.tasks import base
 
 # GLUE submission file names (the benchmark's upload layout).
@@ -227,11 +228,20 @@ class ClassificationTask(base.Task):
     return self.metric_names[0]
 
   # -- predictions -----------------------------------------------------------
+  def _example_ids(self, split, numbers):
+    """The ids of the examples: the file's text ids when `bertexp prepare`
+    kept them (prepare.ids_path), else the numbers in the records."""
+    path = self.test_paths.get(split)
+    if not path or not tf.io.gfile.exists(prepare.ids_path(path)):
+      return numbers
+    names = fileio.read_text(prepare.ids_path(path)).split("\n")
+    return [names[int(i)] for i in numbers]
+
   def write_predictions(self, gathered, output_dir, split="test"):
     """test_results.tsv (probabilities or values) + the GLUE submission file."""
     real = gathered["weights"] > 0
     outputs = gathered["outputs"][real]
-    ids = gathered["example_id"][real]
+    ids = self._example_ids(split, gathered["example_id"][real])
     suffix = "" if split == "test" else f"_{split}"
     label_names = self.meta.get("label_names") or []
     if self.is_regression:

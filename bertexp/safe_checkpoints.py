@@ -157,9 +157,11 @@ def prepare_model_dir(model_dir):
       latest.rsplit("/", 1)[-1]):
     if state_problem:
       logging.warning("%s: rebuilt from the checkpoint files", state_problem)
+    # Names relative to MODEL_DIR: a moved or copied run folder resolves.
+    name = lambda prefix: prefix.rstrip("/").rsplit("/", 1)[-1]
     tf.compat.v1.train.update_checkpoint_state(
-        model_dir, latest, all_model_checkpoint_paths=list(reversed(kept)),
-        save_relative_paths=True)   # a moved MODEL_DIR still resolves
+        model_dir, name(latest),
+        all_model_checkpoint_paths=[name(p) for p in reversed(kept)])
   return latest
 
 

@@ -164,18 +164,6 @@ def cmd_results(args):
   sweep_results.write(args.output_dir)
 
 
-def _show_defaults(parser):
-  """Every option of `parser` and its subcommands lists its default in
-  --help (argparse shows defaults only for options with help text)."""
-  for action in parser._actions:   # argparse has no public accessor
-    if isinstance(action, argparse._SubParsersAction):
-      for child in set(action.choices.values()):
-        _show_defaults(child)
-    elif (not action.help and action.default not in (None, False, [])
-          and action.default is not argparse.SUPPRESS):
-      action.help = " "
-
-
 def normalise_flag_spelling(argv):
   """--na-prob-file and --na_prob_file are the same flag: the name part of
   every --flag is spelled with underscores (values are left alone)."""
@@ -221,7 +209,8 @@ def build_parser():
   tflite = add(sub, "export-tflite",
                help="classifier -> TFLite float + int8, with agreement")
   tflite.add_argument("--gin_file", action="append", required=True)
-  tflite.add_argument("--gin_param", action="append", default=[])
+  tflite.add_argument("--gin_param", action="append", default=[],
+                      help="one binding (repeatable)")
   tflite.set_defaults(func=cmd_train, mode="export_tflite")
 
   sw = add(sub, "sweep", help="a hyperparameter grid x seeds, one "
@@ -233,7 +222,8 @@ def build_parser():
                   help="paper_table1, paper_a3, small_bert or a .py file "
                        "defining grid()")
   sw.add_argument("--seeds", type=int, default=1, help="seeds per configuration")
-  sw.add_argument("--first_seed", type=int, default=1)
+  sw.add_argument("--first_seed", type=int, default=1,
+                  help="seeds are first_seed, first_seed + 1, ...")
   sw.add_argument("--output_dir", required=True)
   sw.add_argument("--parallel", type=int, default=1,
                   help="trial processes at once (CPU threads are split)")
@@ -267,8 +257,10 @@ def build_parser():
   sq = add(prep_sub, "squad", help="a SQuAD v1.1 / v2.0 JSON file")
   sq.add_argument("--squad_file", required=True)
   sq.add_argument("--version_2_with_negative", action="store_true")
-  sq.add_argument("--doc_stride", type=int, default=128)
-  sq.add_argument("--max_query_length", type=int, default=64)
+  sq.add_argument("--doc_stride", type=int, default=128,
+                  help="tokens between the starts of a long context's windows")
+  sq.add_argument("--max_query_length", type=int, default=64,
+                  help="question tokens kept (longer questions are cut)")
   sq.add_argument("--eval", action="store_true",
                   help="evaluation windows (no answer positions)")
   pt = add(prep_sub, "pretraining", help="raw text -> MLM/NSP records")
@@ -277,12 +269,18 @@ def build_parser():
                        "blank line between documents")
   pt.add_argument("--output_file", required=True)
   pt.add_argument("--vocab_file", required=True)
-  pt.add_argument("--max_seq_length", type=int, default=128)
-  pt.add_argument("--max_predictions_per_seq", type=int, default=20)
-  pt.add_argument("--masked_lm_prob", type=float, default=0.15)
-  pt.add_argument("--short_seq_prob", type=float, default=0.1)
-  pt.add_argument("--dupe_factor", type=int, default=10)
-  pt.add_argument("--random_seed", type=int, default=12345)
+  pt.add_argument("--max_seq_length", type=int, default=128,
+                  help="tokens per example, [CLS] and [SEP]s included")
+  pt.add_argument("--max_predictions_per_seq", type=int, default=20,
+                  help="masked positions kept per example")
+  pt.add_argument("--masked_lm_prob", type=float, default=0.15,
+                  help="share of tokens (or whole words) masked")
+  pt.add_argument("--short_seq_prob", type=float, default=0.1,
+                  help="share of examples given a shorter random length")
+  pt.add_argument("--dupe_factor", type=int, default=10,
+                  help="passes over the text, each with other masks")
+  pt.add_argument("--random_seed", type=int, default=12345,
+                  help="seed of the masks, pairs and short lengths")
   pt.add_argument("--do_whole_word_mask", action="store_true")
   pt.add_argument("--chinese_word_segmenter", choices=["jieba"])
   pt.add_argument("--no_lower_case", action="store_true")
@@ -293,7 +291,8 @@ def build_parser():
     p.add_argument("--vocab_file", required=True)
     p.add_argument("--output_dir", required=True)
     p.add_argument("--max_seq_length", type=int,
-                   default=384 if p is sq else 128)
+                   default=384 if p is sq else 128,
+                   help="tokens per example; longer text is cut")
     p.add_argument("--no_lower_case", action="store_true",
                    help="cased vocabularies")
     p.add_argument("--bert_config_file",
@@ -341,7 +340,6 @@ def build_parser():
                      help="write predictions re-thresholded at the best-F1 "
                           "null threshold here, then score them (v2.0)")
   squad.set_defaults(func=cmd_evaluate_squad)
-  _show_defaults(parser)
   return parser
 
 

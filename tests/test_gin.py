@@ -106,7 +106,7 @@ def test_debug_shows_the_traceback_of_a_user_error(capsys):
   assert err.strip().splitlines()[-1].startswith("bertexp: error:")
 
 
-def test_version_and_both_flag_spellings(capsys):
+def test_version_flag_spellings_and_defaults_in_help(capsys):
   with pytest.raises(SystemExit) as done:
     cli.main(["--version"])
   assert done.value.code == 0
@@ -120,3 +120,9 @@ def test_version_and_both_flag_spellings(capsys):
   with pytest.raises(SystemExit):
     cli.main(["evaluate-squad", "--help"])
   assert "(default: 1.0)" in capsys.readouterr().out   # defaults in --help
+  for command, shown in ((["prepare", "pretraining"], "(default: 20)"),
+                         (["prepare", "squad"], "(default: 384)"),
+                         (["sweep"], "(default: 1)")):
+    with pytest.raises(SystemExit):
+      cli.main(command + ["--help"])
+    assert shown in capsys.readouterr().out, command

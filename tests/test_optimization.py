@@ -57,6 +57,59 @@ def test_adamw_decays_kernels_not_bias_or_layer_norm():
   assert opt.epsilon == 1e-6 and opt.beta_1 == 0.9 and opt.beta_2 == 0.999
 
 
+def _adamw_steps(optimizer, strategy, steps=4):
+  """`steps` updates of a word table (sparse gradient, repeated rows), a
+  kernel (decayed) and a bias (not decayed), in a tf.function, under
+  `strategy` (each replica applies the same gradients)."""
+  with strategy.scope():
+    table = tf.Variable(tf.random.stateless_normal([6, 4], seed=[1, 2]),
+                        name="word_embeddings")
+    kernel = tf.Variable(tf.random.stateless_normal([4, 3], seed=[3, 4]),
+                         name="dense/kernel")
+    bias = tf.Variable(tf.zeros([3]), name="dense/bias")
+    variables = [table, kernel, bias]
+    optimizer.build(variables)
+
+  @tf.function
+  def step():
+    def replica_step():
+      with tf.GradientTape() as tape:
+        hidden = tf.gather(table, tf.constant([1, 4, 1, 5]))
+        loss = tf.reduce_sum(tf.tanh(hidden @ kernel + bias) ** 2)
+      grads = tape.gradient(loss, variables)
+      optimizer.apply_gradients(zip(grads, variables),
+                                skip_gradients_aggregation=True)
+    strategy.run(replica_step)
+
+  for _ in range(steps):
+    step()
+  return [strategy.experimental_local_results(v)[-1].numpy()
+          for v in variables]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_fused_adamw_equals_keras_adamw(replicas):
+  from bertexp import strategy as strategy_lib
+  one = strategy_lib.make_strategy("default")
+  make = lambda cls: cls(
+      learning_rate=optimization.WarmupPolynomialDecay(0.05, 100, 0),
+      weight_decay=0.1, epsilon=1e-6)
+  keras = make(tf_keras.optimizers.AdamW)
+  keras.exclude_from_weight_decay(var_names=list(optimization.NO_DECAY))
+  expected = _adamw_steps(keras, one)
+  ours = optimization.create_optimizer(100, 0, learning_rate=0.05,
+                                       weight_decay=0.1)
+  assert type(ours) is optimization.AdamW
+  strategy = one if replicas == 1 else strategy_lib.make_strategy(
+      "mirrored", cpu_replicas=replicas)
+  got = _adamw_steps(ours, strategy)
+  initial = _adamw_steps(make(tf_keras.optimizers.AdamW), one, steps=0)
+  for name, e, g, start in zip(("table", "kernel", "bias"), expected, got,
+                               initial):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=5e-6, err_msg=name)
+    assert not np.allclose(g, start), name   # every variable moved
+
+
 def _numpy_lamb_step(w, g, lr, decay, adapt, beta_1=0.9, beta_2=0.999,
                      eps=1e-6):
   """One LAMB step from zero moments (You et al. 2019, Alg. 2), float64."""

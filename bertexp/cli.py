@@ -201,9 +201,11 @@ def build_parser():
                      help="one binding, e.g. LEARNING_RATE=3e-5 (repeatable)")
   train.add_argument("--mode", default="train_and_eval",
                      choices=["train_and_eval", "train", "eval", "predict",
-                              "export", "export_only", "export_tflite", "plan"],
+                              "train_eval_predict", "export", "export_only",
+                              "export_tflite", "plan"],
                      help="plan: print the schedule and the memory plan "
-                     "(nothing is built or trained)")
+                     "(nothing is built or trained); train_eval_predict: "
+                     "train_and_eval, then predict in the same process")
   train.set_defaults(func=cmd_train)
 
   tflite = add(sub, "export-tflite",

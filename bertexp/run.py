@@ -21,8 +21,9 @@ from bertexp import trainer as trainer_lib
 from bertexp import training
 
 orbit = orbit_import.orbit
-MODES = ("train_and_eval", "train", "eval", "predict", "export",
-         "export_tflite", "plan")
+MODES = ("train_and_eval", "train", "eval", "predict", "train_eval_predict",
+         "export", "export_tflite", "plan")
+TRAINING_MODES = ("train", "train_and_eval", "train_eval_predict")
 
 
 @dataclasses.dataclass
@@ -80,7 +81,7 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
         f"INIT_CHECKPOINT ({init_checkpoint}) and HUB_MODULE_URL "
         f"({model.encoder.path}) are both set: the pretrained encoder comes "
         "from one of them; bind the other to None")
-  if (required and mode in ("train", "train_and_eval") and not init_checkpoint
+  if (required and mode in TRAINING_MODES and not init_checkpoint
       and not from_hub and not tf.train.latest_checkpoint(model_dir)):
     raise ValueError(
         "this experiment fine-tunes a pretrained encoder: set INIT_CHECKPOINT "
@@ -203,7 +204,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   schedule = derive_schedule(task.num_train_examples(), train_batch_size,
                              num_train_epochs, num_eval_per_epoch,
                              warmup_fraction, train_steps) if mode in (
-                                 "train", "train_and_eval", "plan") else None
+                                 *TRAINING_MODES, "plan") else None
+  if mode == "train_eval_predict" and not task.predict_splits():
+    raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
+                     "EXTRA_TEST_DATA_PATHS) bound")
   if mode == "plan":         # what a run would do, without running it
     memory, lines = planning.memory_report(
         task, train_batch_size=train_batch_size,
@@ -234,7 +238,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     # predict and the exported model give the same numbers.
     tf_keras.mixed_precision.set_global_policy("float32")
   fileio.makedirs(model_dir)
-  if config_text is not None and mode not in ("train", "train_and_eval"):
+  if config_text is not None and mode not in TRAINING_MODES:
     fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
   with strategy.scope(), (modeling.portable_activations()
                           if mode == "export_tflite" else contextlib.nullcontext()):
@@ -261,45 +265,64 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                         pad_to_multiple_of=pad_to_multiple_of,
                         summary_histograms_every=summary_histograms_every)
   if mode in ("eval", "predict"):
-    with strategy.scope():
-      optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
-    path = _restore_model(model, model_dir, predict_checkpoint_path)
-    evaluator = trainer_lib.Trainer(optimizer=optimizer, total_steps=0,
-                                    **trainer_kwargs)
-    # Every worker computes the same results; only the chief's are the run's.
-    output_dir = worker_model_dir(strategy, model_dir)
-    if mode == "eval":
-      results = {k: float(v) for k, v in evaluator.evaluate(eval_steps).items()}
-      results["checkpoint"] = path
-      fileio.write_json(fileio.join(output_dir, "eval_results.json"), results)
-      print("Eval results: " + str(results), flush=True)
-      return results
-    written = {}
-    if not task.predict_splits():
-      raise ValueError("--mode=predict needs TEST_DATA_PATH (or "
-                       "EXTRA_TEST_DATA_PATHS) bound")
-    for split in task.predict_splits():
-      gathered = evaluator.gather(split)
-      written[split] = task.write_predictions(gathered, output_dir, split)
-    return written
-  return training.train(mode, model_dir=worker_model_dir(strategy, model_dir),
-                task=task, model=model, strategy=strategy,
-                init_checkpoint=init_checkpoint,
-                init_optimizer_state=init_optimizer_state,
-                initialise=initialise_from_checkpoint, precision=precision,
-                trainer_kwargs=dict(
-                    trainer_kwargs,
-                    gradient_accumulation_steps=gradient_accumulation_steps),
-                schedule=schedule,
-                steps_per_loop=steps_per_loop,
-                checkpoint_interval_steps=checkpoint_interval_steps,
-                max_checkpoints=max_checkpoints, eval_steps=eval_steps,
-                best_metric=best_metric, best_mode=best_mode,
-                eval_before_training=eval_before_training,
-                group_by_length=group_by_length, config_text=config_text,
-                guard=dict(loss_upper_bound=loss_upper_bound,
-                           max_consecutive_bad_steps=max_consecutive_bad_steps,
-                           recovery_max_trials=recovery_max_trials),
-                provenance=provenance_lib.record(
-                    task, init_checkpoint=init_checkpoint, seed=seed,
-                    deterministic=deterministic, cpu_threads=cpu_threads))
+    return _evaluate_or_predict(mode, task, model, strategy, model_dir,
+                                predict_checkpoint_path, trainer_kwargs,
+                                eval_steps)
+  summary = training.train(
+      "train" if mode == "train" else "train_and_eval",
+      model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
+      strategy=strategy, init_checkpoint=init_checkpoint,
+      init_optimizer_state=init_optimizer_state,
+      initialise=initialise_from_checkpoint, precision=precision,
+      trainer_kwargs=dict(
+          trainer_kwargs,
+          gradient_accumulation_steps=gradient_accumulation_steps),
+      schedule=schedule, steps_per_loop=steps_per_loop,
+      checkpoint_interval_steps=checkpoint_interval_steps,
+      max_checkpoints=max_checkpoints, eval_steps=eval_steps,
+      best_metric=best_metric, best_mode=best_mode,
+      eval_before_training=eval_before_training,
+      group_by_length=group_by_length, config_text=config_text,
+      guard=dict(loss_upper_bound=loss_upper_bound,
+                 max_consecutive_bad_steps=max_consecutive_bad_steps,
+                 recovery_max_trials=recovery_max_trials),
+      provenance=provenance_lib.record(
+          task, init_checkpoint=init_checkpoint, seed=seed,
+          deterministic=deterministic, cpu_threads=cpu_threads))
+  if mode != "train_eval_predict":
+    return summary
+  # As --mode=predict would, in this process: a float32 model with the
+  # weights of PREDICT_CHECKPOINT_PATH (default: the last checkpoint).
+  tf_keras.mixed_precision.set_global_policy("float32")
+  with strategy.scope():
+    trainer_kwargs["model"] = task.build_model()
+  summary["predictions"] = _evaluate_or_predict(
+      "predict", task, trainer_kwargs["model"], strategy, model_dir,
+      predict_checkpoint_path, trainer_kwargs, eval_steps)
+  return summary
+
+
+def _evaluate_or_predict(mode, task, model, strategy, model_dir,
+                         checkpoint_path, trainer_kwargs, eval_steps):
+  """--mode=eval (eval_results.json) or --mode=predict (the task's
+  prediction files) with the weights of `checkpoint_path` (default: the
+  newest checkpoint in model_dir)."""
+  with strategy.scope():
+    optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
+  path = _restore_model(model, model_dir, checkpoint_path)
+  evaluator = trainer_lib.Trainer(optimizer=optimizer, total_steps=0,
+                                  **trainer_kwargs)
+  # Every worker computes the same results; only the chief's are the run's.
+  output_dir = worker_model_dir(strategy, model_dir)
+  if mode == "eval":
+    results = {k: float(v) for k, v in evaluator.evaluate(eval_steps).items()}
+    results["checkpoint"] = path
+    fileio.write_json(fileio.join(output_dir, "eval_results.json"), results)
+    print("Eval results: " + str(results), flush=True)
+    return results
+  if not task.predict_splits():
+    raise ValueError("--mode=predict needs TEST_DATA_PATH (or "
+                     "EXTRA_TEST_DATA_PATHS) bound")
+  return {split: task.write_predictions(evaluator.gather(split), output_dir,
+                                        split)
+          for split in task.predict_splits()}

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp import stop_signals
-from conftest import REPO, prepare_tiny_sst2_run
+from conftest import REPO, TINY_CONFIG, TINY_VOCAB, prepare_tiny_sst2_run
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
 ENV = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
@@ -214,12 +214,34 @@ def test_divergence_rolls_back_and_stops_after_max_trials(run, tmp_path,
   assert "rolled back to" in caplog.text
 
 
-def _two_checkpoints(run, model_dir):
-  args = _args(run, model_dir, TRAIN_STEPS=4, STEPS_PER_LOOP=2) + [
+def _two_checkpoints_args(run, model_dir):
+  return _args(run, model_dir, TRAIN_STEPS=4, STEPS_PER_LOOP=2) + [
       "--gin_param=bertexp.experiment.checkpoint_interval_steps=2"]
-  assert cli.main(args) == 0
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints_run(tmp_path_factory):
+  """One run of 4 steps with checkpoints at steps 2 and 4, made once: each
+  test damages its own copy (the folder's files name checkpoints relative
+  to it, so a copy is a run of its own)."""
+  root = tmp_path_factory.mktemp("two_checkpoints")
+  vocab, config = str(root / "vocab.txt"), str(root / "config.json")
+  with open(vocab, "w") as f:
+    f.write("\n".join(TINY_VOCAB) + "\n")
+  with open(config, "w") as f:
+    json.dump(TINY_CONFIG, f)
+  paths = prepare_tiny_sst2_run(str(root / "exp"), vocab, config)
+  model_dir = str(root / "model")
+  assert cli.main(_two_checkpoints_args(paths, model_dir)) == 0
   assert os.path.exists(f"{model_dir}/ckpt-4.manifest.json")
-  return args
+  return paths, model_dir
+
+
+def _two_checkpoints(two_checkpoints_run, model_dir):
+  """A copy of the two-checkpoint run at `model_dir`; returns its command."""
+  paths, source = two_checkpoints_run
+  shutil.copytree(source, model_dir)
+  return paths, _two_checkpoints_args(paths, model_dir)
 
 
 def _truncate(path):
@@ -229,9 +251,9 @@ def _truncate(path):
 
 @pytest.mark.parametrize("damage", ["truncated", "missing_shard", "flipped"])
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(
-    run, tmp_path, damage, caplog):
+    two_checkpoints_run, tmp_path, damage, caplog):
   model_dir = str(tmp_path / "model")
-  args = _two_checkpoints(run, model_dir)
+  run, args = _two_checkpoints(two_checkpoints_run, model_dir)
   data = glob.glob(f"{model_dir}/ckpt-4.data-*")[0]
   if damage == "truncated":
     _truncate(data)
@@ -258,10 +280,10 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(
     assert json.load(f)["resumed_from_step"] == 2
 
 
-def test_unreadable_state_file_is_rebuilt_not_a_fresh_start(run, tmp_path,
-                                                            caplog):
+def test_unreadable_state_file_is_rebuilt_not_a_fresh_start(
+    two_checkpoints_run, tmp_path, caplog):
   model_dir = str(tmp_path / "model")
-  args = _two_checkpoints(run, model_dir)
+  run, args = _two_checkpoints(two_checkpoints_run, model_dir)
   with open(f"{model_dir}/checkpoint", "w") as f:
     f.write("model_checkpoint_path: \x00garbage {{{")
   args = [a.replace("TRAIN_STEPS=4", "TRAIN_STEPS=6") for a in args]
@@ -272,10 +294,10 @@ def test_unreadable_state_file_is_rebuilt_not_a_fresh_start(run, tmp_path,
     assert json.load(f)["resumed_from_step"] == 4
 
 
-def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(run, tmp_path,
-                                                            capsys):
+def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(
+    two_checkpoints_run, tmp_path, capsys):
   model_dir = str(tmp_path / "model")
-  args = _two_checkpoints(run, model_dir)
+  run, args = _two_checkpoints(two_checkpoints_run, model_dir)
   for data in glob.glob(f"{model_dir}/ckpt-*.data-*"):
     _truncate(data)
   assert cli.main(args) == 2

@@ -35,18 +35,25 @@ def fixtures(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_replica(fixtures, tmp_path_factory):
-  """The reference run of each task on the default strategy (made once)."""
+  """The reference run of each task on the default strategy (made once):
+  --mode=train_eval_predict, where the 2-replica cells train and predict in
+  two commands, so their equality also shows the one command does both."""
   runs = {}
 
   def get(task):
     if task not in runs:
       model_dir = str(tmp_path_factory.mktemp(f"one_{task}"))
       mf.run_in_process(fixtures[task], model_dir, mf.STRATEGIES["default"],
-                        FLOAT32)
-      _predict(fixtures[task], model_dir, mf.STRATEGIES["default"])
+                        FLOAT32, mode=_all_modes(task))
       runs[task] = model_dir
     return runs[task]
   return get
+
+
+def _all_modes(task):
+  """Train, evaluate and predict in one command (pretraining has no
+  predict)."""
+  return "train_and_eval" if task == "pretraining" else "train_eval_predict"
 
 
 def _predict(spec, model_dir, strategy):
@@ -129,12 +136,10 @@ def tpu_check_runs(fixtures, tmp_path_factory):
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
     model_dir = str(tmp_path_factory.mktemp("tpu_check"))
     params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
-    commands = [mf.train_args([gin_file, "runtime/tpu_check.gin"], params)]
-    if gin_file in PREDICT_ON_TPU_CHECK:
-      commands.append(mf.train_args([gin_file, "runtime/tpu_check.gin"],
-                                    params, mode="predict"))
-    runs[gin_file] = (params, pool.submit(
-        lambda commands: [mf.run_cli(c) for c in commands], commands))
+    mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
+            "train_and_eval")
+    runs[gin_file] = (params, pool.submit(mf.run_cli, mf.train_args(
+        [gin_file, "runtime/tpu_check.gin"], params, mode=mode)))
   yield runs
   pool.shutdown(wait=True)
 
@@ -158,9 +163,7 @@ def test_two_cpu_replicas_equal_one_replica(task, fixtures, one_replica,
 @pytest.mark.parametrize("task", TASKS)
 def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
   model_dir = str(tmp_path / "run")
-  mf.run_two_workers(fixtures[task], model_dir, FLOAT32)
-  if "pretraining" not in task:
-    mf.run_two_workers(fixtures[task], model_dir, FLOAT32, mode="predict")
+  mf.run_two_workers(fixtures[task], model_dir, FLOAT32, mode=_all_modes(task))
   _assert_equal_runs(model_dir, one_replica(task))
   # The second worker wrote only into its private folder.
   assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))

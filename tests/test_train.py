@@ -331,3 +331,13 @@ def test_orbit_echo_filter_keeps_every_other_line():
   stream.write(" 3\n{'not': 'orbit'}\nlast")
   stream.finish()
   assert out.getvalue() == "ours 1\nours 2\nours 3\n{'not': 'orbit'}\nlast"
+
+
+def test_train_eval_predict_without_test_data_fails_before_training(
+    tiny_run, capsys):
+  paths = dict(tiny_run, TEST_DATA_PATH=None)
+  code = cli.main(["train", "--gin_file=demo/movie_sentiment_cpu.gin",
+                   "--mode=train_eval_predict"] + _params(paths))
+  assert code == 2
+  assert "needs TEST_DATA_PATH" in capsys.readouterr().err
+  assert not tf.io.gfile.exists(paths["MODEL_DIR"])   # nothing trained

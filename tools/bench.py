@@ -6,7 +6,9 @@
    bertexp / Model Garden (> 1 = bertexp faster). Both run the same
    classifier head, loss, optimizer and tf.function(jit_compile=False).
    Beside them, bertexp's real Trainer step (its loop, loss normalisation,
-   clipping, guards and metrics) on the same shape.
+   clipping, guards and metrics) on the same shape. Then the AdamW update
+   alone on each shape's variables: Keras' AdamW against bertexp's (one fused
+   kernel per variable), as milliseconds and their ratio.
 2. `bertexp prepare` throughput on MNLI-size input (sentence pairs drawn
    from the real movie-review sentences), including TFRecord writing.
 3. SQuAD dev-v1.1 windowing, post-processing and scoring.
@@ -143,6 +145,37 @@ def bench_train(shape, precision, windows, steps_per_window):
       rates.append(steps_per_window * batch / (time.perf_counter() - start))
   tf_keras.mixed_precision.set_global_policy("float32")
   return {name: statistics.median(rates) for name, (_, rates) in sides.items()}
+
+
+def bench_optimizer(shape, windows, steps_per_window=5):
+  """ms per AdamW update of an encoder's variables (the word embedding's
+  gradient dense, as the Trainer gives it on several replicas): Keras'
+  AdamW against bertexp's (one fused kernel per variable), alternating."""
+  from bertexp import optimization
+  layers, hidden, heads, inner, _, _ = SHAPES[shape]
+  encoder = _bertexp_encoder(layers, hidden, heads, inner)
+  encoder(_make_inputs(8, 1))
+  shapes = [v.shape for v in encoder.trainable_variables]
+  rng = np.random.RandomState(0)
+  grads = [tf.constant(rng.normal(0, 1e-3, s).astype(np.float32))
+           for s in shapes]
+  sides = {}
+  for name, cls in (("keras", tf_keras.optimizers.AdamW),
+                    ("bertexp", optimization.AdamW)):
+    variables = [tf.Variable(v) for v in encoder.trainable_variables]
+    optimizer = cls(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
+    optimizer.build(variables)
+    step = tf.function(lambda o=optimizer, v=variables: o.apply_gradients(
+        zip(grads, v)))
+    step()
+    sides[name] = (step, [])
+  for _ in range(windows):
+    for step, times in sides.values():
+      start = time.perf_counter()
+      for _ in range(steps_per_window):
+        step()
+      times.append((time.perf_counter() - start) / steps_per_window * 1e3)
+  return {name: statistics.median(times) for name, (_, times) in sides.items()}
 
 
 def bench_prepare(num_pairs, vocab_file, output_dir):
@@ -313,6 +346,11 @@ def main():
         ours, theirs = rates["bertexp"], rates["model_garden"]
         print(f"{shape:6} {precision:15} {ours:13.1f} {theirs:17.1f} "
               f"{ours / theirs:6.2f} {rates['trainer']:13.1f}", flush=True)
+    for shape in args.shapes.split(","):
+      ms = bench_optimizer(shape, args.windows)
+      print(f"AdamW update, {shape} encoder's variables: Keras "
+            f"{ms['keras']:.1f} ms, bertexp {ms['bertexp']:.1f} ms, ratio "
+            f"{ms['keras'] / ms['bertexp']:.2f}x", flush=True)
   if args.squad_dev:
     bench_squad(args.vocab_file, args.squad_dev)
   if args.prepare_pairs:

@@ -265,9 +265,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                         pad_to_multiple_of=pad_to_multiple_of,
                         summary_histograms_every=summary_histograms_every)
   if mode in ("eval", "predict"):
-    return _evaluate_or_predict(mode, task, model, strategy, model_dir,
-                                predict_checkpoint_path, trainer_kwargs,
-                                eval_steps)
+    return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,
+                                trainer_kwargs, eval_steps)
   summary = training.train(
       "train" if mode == "train" else "train_and_eval",
       model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
@@ -297,16 +296,18 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   with strategy.scope():
     trainer_kwargs["model"] = task.build_model()
   summary["predictions"] = _evaluate_or_predict(
-      "predict", task, trainer_kwargs["model"], strategy, model_dir,
-      predict_checkpoint_path, trainer_kwargs, eval_steps)
+      "predict", model_dir, predict_checkpoint_path, trainer_kwargs,
+      eval_steps)
   return summary
 
 
-def _evaluate_or_predict(mode, task, model, strategy, model_dir,
-                         checkpoint_path, trainer_kwargs, eval_steps):
+def _evaluate_or_predict(mode, model_dir, checkpoint_path, trainer_kwargs,
+                         eval_steps):
   """--mode=eval (eval_results.json) or --mode=predict (the task's
-  prediction files) with the weights of `checkpoint_path` (default: the
-  newest checkpoint in model_dir)."""
+  prediction files) of trainer_kwargs' model with the weights of
+  `checkpoint_path` (default: the newest checkpoint in model_dir)."""
+  task, model = trainer_kwargs["task"], trainer_kwargs["model"]
+  strategy = trainer_kwargs["strategy"]
   with strategy.scope():
     optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
   path = _restore_model(model, model_dir, checkpoint_path)

@@ -162,7 +162,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                predict_checkpoint_path=None, eval_steps=-1,
                init_optimizer_state=False, loss_upper_bound=None,
                max_consecutive_bad_steps=25, recovery_max_trials=3,
-               gradient_accumulation_steps=1, pad_to_multiple_of=16,
+               gradient_accumulation_steps=1, pad_to_multiple_of="auto",
                group_by_length=False, summary_histograms_every=None,
                config_text=None):
   """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
@@ -187,8 +187,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   train_batch_size / K per replica and applies their summed gradients, so
   train_batch_size stays the effective batch (the paper's) in less memory.
   pad_to_multiple_of: dynamic padding on CPUs and GPUs: each batch is cut to
-  its longest real sequence rounded up to this multiple (None or 0: every
-  batch keeps max_seq_length; TPUs always do). group_by_length: training
+  its longest real sequence rounded up to this multiple ("auto": exact on
+  CPUs, 8 on GPUs, see strategy.padding_multiple; None or 0: every batch
+  keeps max_seq_length; TPUs always do). group_by_length: training
   batches of similar lengths (Hugging Face's semantics; it changes which
   examples share a batch, so it is off by default).
   summary_histograms_every: per-layer gradient and weight norms and
@@ -262,7 +263,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                         global_batch_size=train_batch_size,
                         eval_batch_size=eval_batch_size, clip_norm=clip_norm,
                         jit_compile=jit_compile,
-                        pad_to_multiple_of=pad_to_multiple_of,
+                        pad_to_multiple_of=strategy_lib.padding_multiple(
+                            strategy, pad_to_multiple_of),
                         summary_histograms_every=summary_histograms_every)
   if mode in ("eval", "predict"):
     return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,

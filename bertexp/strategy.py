@@ -157,3 +157,29 @@ def configure_numerics(precision="float32", jit_compile=False):
     raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
   tf_keras.mixed_precision.set_global_policy(precision)
   return precision, jit_compile
+
+
+def padding_multiple(strategy, setting="auto"):
+  """Dynamic padding's multiple for `strategy` (see pipeline.trimmed_length).
+
+  "auto": 8 when the replicas are GPUs (tensor cores want lengths that are
+  multiples of 8), else 1 — the exact longest sequence: the trim happens in
+  the graph with dynamic shapes, nothing is retraced per length, so on a CPU
+  any rounding only adds padded work (measured by tools/bench_vs_hf.py).
+  An int is used as given; None or 0 turns dynamic padding off. TPUs keep
+  static shapes whatever this says (the trainer's rule).
+  """
+  if setting != "auto":
+    if setting is not None and (type(setting) is not int or setting < 0):
+      raise ValueError(f"pad_to_multiple_of={setting!r}: expected \"auto\", "
+                       "a positive int, or None/0 (no dynamic padding)")
+    return setting or None
+  default = (strategy is tf.distribute.get_strategy()
+             and not tf.distribute.has_strategy())
+  if default:
+    # The default strategy has no device list: TensorFlow places on a GPU
+    # when it sees one.
+    devices = [d.name for d in tf.config.list_logical_devices("GPU")]
+  else:
+    devices = strategy.extended.worker_devices
+  return 8 if any("GPU" in device.upper() for device in devices) else 1

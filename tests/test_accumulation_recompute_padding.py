@@ -10,6 +10,7 @@ import tf_keras
 from bertexp import encoders
 from bertexp import modeling
 from bertexp import optimization
+from bertexp import strategy as strategy_lib
 from bertexp.data import pipeline
 from conftest import TINY_CONFIG
 from conftest import tiny_sst2_task
@@ -138,6 +139,7 @@ def test_trimmed_length_is_the_longest_sequence_rounded_up():
   assert int(pipeline.trimmed_length(mask(3, 8), 4)) == 8
   assert int(pipeline.trimmed_length(mask(3, 15), 8)) == 16   # at most S
   assert int(pipeline.trimmed_length(mask(0, 0), 4)) == 4     # eval filler
+  assert int(pipeline.trimmed_length(mask(3, 5), 1)) == 5     # exact longest
   features = {"input_word_ids": mask(3, 5) * 7, "input_mask": mask(3, 5),
               "input_type_ids": mask(3, 5) * 0, "label": tf.constant([1, 0])}
   trimmed = pipeline.trim_to(features, 8)
@@ -145,14 +147,17 @@ def test_trimmed_length_is_the_longest_sequence_rounded_up():
   assert trimmed["label"] is features["label"]
 
 
+@pytest.mark.parametrize("multiple", [1, 4])
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_dynamic_padding_keeps_eval_outputs_and_metrics(replicas, tmp_path,
-                                                        tiny_vocab):
+def test_dynamic_padding_keeps_eval_outputs_and_metrics(replicas, multiple,
+                                                        tmp_path, tiny_vocab):
   task = _task(tmp_path, tiny_vocab, dropout=0.0)
   features, _ = next(iter(task.build_inputs("eval", None, BATCH)))
-  assert int(pipeline.trimmed_length(features["input_mask"], 4)) < 16  # bites
+  assert int(pipeline.trimmed_length(features["input_mask"],
+                                     multiple)) < 16   # it bites
   full = _trainer(task, replicas).gather("eval")
-  dynamic = _trainer(task, replicas, pad_to_multiple_of=4).gather("eval")
+  dynamic = _trainer(task, replicas,
+                     pad_to_multiple_of=multiple).gather("eval")
   assert sorted(full) == sorted(dynamic)
   for key in full:
     np.testing.assert_allclose(dynamic[key], full[key], atol=1e-5, err_msg=key)
@@ -160,12 +165,15 @@ def test_dynamic_padding_keeps_eval_outputs_and_metrics(replicas, tmp_path,
   assert task.finalize_eval(dynamic) == pytest.approx(full_metrics, abs=1e-6)
 
 
+@pytest.mark.parametrize("multiple", [1, 4])
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_dynamic_padding_keeps_the_train_step(replicas, tmp_path, tiny_vocab):
+def test_dynamic_padding_keeps_the_train_step(replicas, multiple, tmp_path,
+                                              tiny_vocab):
   task = _task(tmp_path, tiny_vocab, dropout=0.0)
   sgd = lambda: tf_keras.optimizers.SGD(1.0)
   full = _trainer(task, replicas, make_optimizer=sgd)
-  dynamic = _trainer(task, replicas, make_optimizer=sgd, pad_to_multiple_of=4)
+  dynamic = _trainer(task, replicas, make_optimizer=sgd,
+                     pad_to_multiple_of=multiple)
   full_logs = full.train(tf.constant(1))
   dynamic_logs = dynamic.train(tf.constant(1))
   assert float(dynamic_logs["loss"]) == pytest.approx(float(full_logs["loss"]),
@@ -175,6 +183,20 @@ def test_dynamic_padding_keeps_the_train_step(replicas, tmp_path, tiny_vocab):
   for f, d in zip(full.model.trainable_variables,
                   dynamic.model.trainable_variables):
     np.testing.assert_allclose(d.numpy(), f.numpy(), atol=1e-5, err_msg=f.name)
+
+
+def test_auto_padding_multiple_is_exact_on_cpus_and_8_on_gpus():
+  cpus = tf.distribute.MirroredStrategy(["/cpu:0"])
+  assert strategy_lib.padding_multiple(cpus, "auto") == 1
+  assert strategy_lib.padding_multiple(tf.distribute.get_strategy()) == 1
+  # Placement is lazy: a strategy over a GPU this machine lacks still names it.
+  gpu = tf.distribute.OneDeviceStrategy("/gpu:0")
+  assert strategy_lib.padding_multiple(gpu, "auto") == 8
+  assert strategy_lib.padding_multiple(gpu, 16) == 16      # as given
+  assert strategy_lib.padding_multiple(cpus, 0) is None    # off
+  assert strategy_lib.padding_multiple(cpus, None) is None
+  with pytest.raises(ValueError, match="pad_to_multiple_of='16'"):
+    strategy_lib.padding_multiple(cpus, "16")
 
 
 def _stream(task, batches, **order):

@@ -14,7 +14,8 @@ pinned in the Makefile). Each row is measured --rounds times, the two sides
 alternating; the table shows medians and the ratio bertexp / Hugging Face
 (> 1: bertexp faster). "fixed" pads every batch to max_seq_length;
 "dynamic" cuts each batch to its longest sentence (bertexp: rounded up to
---multiple; Hugging Face: DataCollatorWithPadding's exact longest);
+--multiple, default 1 = exact, as `pad_to_multiple_of="auto"` does on a CPU;
+Hugging Face: DataCollatorWithPadding's exact longest);
 "dynamic+grouped" adds group_by_length (both sides get the same grouped
 batches). The demo's sentences at seq 48 nearly always fill a batch's
 longest row, so the same sentences are also prepared at --long_seq (128,
@@ -171,7 +172,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--rounds", type=int, default=2)
-  parser.add_argument("--multiple", type=int, default=16)
+  parser.add_argument("--multiple", type=int, default=1,
+                      help="bertexp's pad_to_multiple_of in the dynamic rows")
   parser.add_argument("--precisions", default="float32,bfloat16")
   parser.add_argument("--long_seq", type=int, default=128)
   parser.add_argument("--jit_compile", action="store_true",

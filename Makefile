@@ -112,7 +112,7 @@ demo-squad: demo-data
 
 test: setup
 	$(PY) tools/demo_data.py fetch
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The Hugging Face PyTorch reference of tools/bench_vs_hf.py, in its own venv.
 HF_VENV := .cache/bench_hf

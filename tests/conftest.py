@@ -44,6 +44,8 @@ SLOW_FILES_FIRST = ("test_strategy_matrix.py", "test_faults.py",
 
 
 def pytest_collection_modifyitems(items):
+  """Orders the collected tests: SLOW_FILES_FIRST's files first, in its
+  order, each file's tests in their own order."""
   rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 

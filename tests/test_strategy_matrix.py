@@ -114,18 +114,22 @@ TPU_EXPERIMENTS = sorted(
 # Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
 TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
     "experiments/demo/movie_score_regression_cpu.gin"]
-# Predict on 8 replicas (a fresh process costs a minute here): the
-# classification path with three test splits and the QA path with v2.0's
-# null answers. The 2-replica and 2-worker cells predict for every task.
+# These two also predict: the classification path with three test splits
+# and the QA path with v2.0's null answers. The 2-replica and 2-worker cells
+# predict for every task.
 PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
                         "experiments/squad/squad_v2_tpu.gin")
+# The one cell on tpu_check.gin's own 8 replicas (a TPU v3-8's cores): the
+# QA path, the most involved. The others run their file on 2: graph building
+# grows with the replica count (a cell costs about 100 CPU-seconds at 8, 55
+# at 4, 32 at 2), and what 8 adds for them, batches that split over 8 cores,
+# test_tpu_batches_split_over_eight_cores checks from the files.
+EIGHT_REPLICA_CELL = "experiments/squad/squad_v2_tpu.gin"
+TPU_CORES = 8
 
 
 def _replicas(gin_file):
-  """The other cells check their file on 4 replicas: graph building grows
-  with the replica count (about 100 CPU-seconds a cell at 8, 55 at 4), and
-  the two cells above already run tpu_check.gin's 8."""
-  return 8 if gin_file in PREDICT_ON_TPU_CHECK else 4
+  return TPU_CORES if gin_file == EIGHT_REPLICA_CELL else 2
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +137,7 @@ def tpu_check_runs(fixtures, tmp_path_factory):
   """Starts every TPU-check cell at once, two processes at a time, while the
   other cells run here: each is a new `bertexp train` process (the shipped
   file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
-  or 4 before TensorFlow starts), with only data and model paths bound to
+  or 2 before TensorFlow starts), with only data and model paths bound to
   the fixtures, and two steps; two also predict (train_eval_predict). Most of
   a run's minute is single-threaded graph building, so two side by side
   take little longer than one."""
@@ -155,6 +159,22 @@ def tpu_check_runs(fixtures, tmp_path_factory):
 def test_every_tpu_experiment_is_in_the_matrix(fixtures, tpu_check_runs):
   covered = {f for spec in fixtures.values() for f in spec["tpu"]}
   assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
+  assert EIGHT_REPLICA_CELL in TPU_CHECK_CELLS
+
+
+@pytest.mark.parametrize("gin_file", TPU_EXPERIMENTS)
+def test_tpu_batches_split_over_eight_cores(gin_file):
+  """Each shipped TPU file's train and eval batches split evenly over a
+  v3-8's 8 cores (a run checks its train batch at start; all TPU-check
+  cells but one run on 2 replicas, so this reads the files)."""
+  macros = {}
+  for line in open(os.path.join(REPO, gin_file)):
+    name, _, value = line.partition("=")
+    if name.strip() in ("TRAIN_BATCH_SIZE", "EVAL_BATCH_SIZE"):
+      macros[name.strip()] = int(value.split("#")[0])
+  assert set(macros) == {"TRAIN_BATCH_SIZE", "EVAL_BATCH_SIZE"}, gin_file
+  for name, batch in macros.items():
+    assert batch % TPU_CORES == 0, f"{gin_file}: {name} = {batch}"
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -257,7 +277,7 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
 
 @pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
 def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
-  """8 (or 4) CPU replicas, XLA, bfloat16, two steps; evaluation covers
+  """8 CPU replicas (2 but in one cell), XLA, bfloat16, two steps; evaluation covers
   every example exactly once; predictions (where made) cover every test
   example."""
   params, run = tpu_check_runs[gin_file]

@@ -102,6 +102,16 @@ class TrainingState(tf.Module):
     self.consecutive_bad_steps = int64("consecutive_bad_steps")
 
 
+def _false():
+  return tf.constant(False)
+
+
+def _print_true(*message):
+  """Prints `message` to stderr when run; returns True (a cond branch)."""
+  tf.print(*message, summarize=-1, output_stream=sys.stderr)
+  return tf.constant(True)
+
+
 def _apply_if(ok, apply, skip, grads):
   """apply(grads) when `ok` (the same on every replica), else skip(), from
   a replica context. Strategies that need a merge_call for the optimizer get
@@ -184,7 +194,10 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
       self.train_loss = tf_keras.metrics.Mean("loss")
       self.gradient_norm = tf_keras.metrics.Mean("gradient_norm")
       self.train_metrics = task.build_train_metrics()
-    self._gradient_fn = (tf.function(self._gradients, jit_compile=True)
+    # Every tf.function here runs with autograph off: the code they trace
+    # has its control flow written out (tf.cond, tf.while_loop).
+    self._gradient_fn = (tf.function(self._gradients, jit_compile=True,
+                                     autograph=False)
                          if jit_compile else self._gradients)
     self._eval_datasets = {}
     self._eval_step_fn = None
@@ -210,7 +223,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
         self.train_dataset = self.train_dataset()
       self._train_iterator = iter(self.train_dataset)
     if self._train_loop_fn is None:
-      self._train_loop_fn = tf.function(self._train_loop)
+      self._train_loop_fn = tf.function(self._train_loop, autograph=False)
     stopped = self._train_loop_fn(self._train_iterator, num_steps)
     if bool(stopped) and not bool(self._diverged()):
       # Decided together: in a multi-worker run the signal may have reached
@@ -236,16 +249,32 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     return stop > 0
 
   def _train_loop(self, iterator, num_steps):
-    """Returns True when a stop request ended the loop early."""
-    stopped = tf.constant(False)
-    for i in tf.range(num_steps):
-      stopped = self._stop_requested_anywhere()
-      if stopped or self._diverged():
-        break
+    """Up to `num_steps` train steps as one while loop; returns True when a
+    stop request ended it early. Explicit control flow: the loop is traced
+    with autograph off (converting the trainer, model and task code took
+    about 4 CPU-seconds at every start)."""
+    def keep_going(i, stopped, done):
+      del stopped  # the value to return
+      return tf.logical_and(i < tf.cast(num_steps, tf.int32),
+                            tf.logical_not(done))
+
+    def step(i):
       self.train_step(iterator)
-      if i == 0:   # the loop is compiled and running (a long first wait)
-        tf.print("bertexp: loop running, step", self.global_step,
-                 output_stream=sys.stderr)
+      # The loop is compiled and running (after a long first wait).
+      tf.cond(tf.equal(i, 0), lambda: _print_true(
+          "bertexp: loop running, step", self.global_step), _false)
+      return tf.constant(True)
+
+    def body(i, stopped, done):
+      del stopped, done  # decided afresh before each step
+      stopped = self._stop_requested_anywhere()
+      done = tf.logical_or(stopped, self._diverged())
+      tf.cond(done, _false, lambda: step(i))
+      return i + 1, stopped, done
+
+    _, stopped, _ = tf.while_loop(
+        keep_going, body,
+        (tf.constant(0), tf.constant(False), tf.constant(False)))
     return stopped
 
   def train_loop_begin(self):
@@ -396,12 +425,11 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.state.nonfinite_steps.assign_add(tf.cast(bad, tf.int64))
     self.state.consecutive_bad_steps.assign(tf.where(
         bad, self.state.consecutive_bad_steps + 1, 0))
-    if bad:
-      records = tf.concat(self.strategy.experimental_local_results(
-          features.get("record_index", tf.constant([-1]))), 0)
-      tf.print("bertexp: skipped step", step + 1, "(non-finite or too large "
-               "loss or gradient norm); records", records, summarize=-1,
-               output_stream=sys.stderr)
+    records = lambda: tf.concat(self.strategy.experimental_local_results(
+        features.get("record_index", tf.constant([-1]))), 0)
+    tf.cond(bad, lambda: _print_true(
+        "bertexp: skipped step", step + 1, "(non-finite or too large loss or "
+        "gradient norm); records", records()), _false)
 
   def train_loop_end(self):
     step = int(self.global_step.numpy())
@@ -472,7 +500,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     """Runs the model over `split`; returns per-example numpy arrays."""
     if self._eval_step_fn is None:
       self._eval_step_fn = tf.function(
-          lambda f, l: self.strategy.run(self._eval_replica_step, args=(f, l)))
+          lambda f, l: self.strategy.run(self._eval_replica_step, args=(f, l)),
+          autograph=False)
     gathered = {}
     last_report = time.time()
     for i, (features, labels) in enumerate(self._eval_dataset(split)):

@@ -77,6 +77,10 @@ def training_records(files, counts, *, seed, window, start=0):
   bases = tf.math.cumsum(sizes, exclusive=True)    # record_index of each file
   root = tf.constant([int(seed) % 2 ** 62, 0], tf.int64)
 
+  # Plain TensorFlow code: tf.data need not convert it with autograph (nor
+  # the pipeline's decode functions, marked the same way), which takes time
+  # at every start.
+  @tf.autograph.experimental.do_not_convert
   def epoch_records(epoch):
     key = tf.random.experimental.stateless_fold_in(root, epoch)
     order = (_permutation(len(files), key) if window and len(files) > 1

@@ -27,6 +27,7 @@ def _record_spec(seq_length, label_dtype, label_names, id_name):
 
 
 def _decode(spec, label_names):
+  @tf.autograph.experimental.do_not_convert
   def decode(serialized):
     parsed = tf.io.parse_example(serialized, spec)
     # TPUs have no int64 matmul/gather path; the model wants int32 anyway.
@@ -141,6 +142,7 @@ def group_by_length(records, decode_batch, megabatch, start):
   boundary at or before `start`; the examples before `start` are dropped,
   so a resumed run continues the uninterrupted run's order. Returns single
   decoded (features, labels) examples."""
+  @tf.autograph.experimental.do_not_convert
   def decode_sorted(batch):
     features, labels = decode_batch(batch)
     lengths = tf.reduce_sum(tf.cast(features["input_mask"], tf.int32), 1)
@@ -170,6 +172,7 @@ def training_batches(file_pattern, decode, *, batch_size, input_context=None,
       files, counts, seed=train_order.seed, window=shuffle_window,
       start=start)
 
+  @tf.autograph.experimental.do_not_convert
   def decode_batch(batch):
     features, labels = decode(batch["record"])
     features["record_index"] = tf.cast(batch["record_index"], index_dtype)
@@ -228,6 +231,7 @@ def with_positions(decode):
   features["position"]: each example's place in the whole eval set, so the
   host can put gathered outputs back in file order whatever the sharding
   (workers read interleaved shards)."""
+  @tf.autograph.experimental.do_not_convert
   def decode_with_positions(positions, serialized):
     features, labels = decode(serialized)
     features["position"] = tf.cast(positions, tf.int32)

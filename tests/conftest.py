@@ -32,15 +32,16 @@ TINY_CONFIG = {"vocab_size": len(TINY_VOCAB), "hidden_size": 16,
                "initializer_range": 0.02}
 
 # The slowest test files, slowest first (from `make test`'s durations): with
-# `--dist loadfile --no-loadscope-reorder` (the Makefile's) the two workers
-# take files in this order, so the suite does not end with one worker
-# running a long file alone while the other waits. Other files follow in
-# collection order.
+# `--dist loadfile --no-loadscope-reorder` (the Makefile's) the workers take
+# files in this order, so the suite does not end with one worker running a
+# long file alone while the others wait. Other files follow in collection
+# order.
 SLOW_FILES_FIRST = ("test_strategy_matrix.py", "test_faults.py",
-                    "test_accumulation_recompute_padding.py",
-                    "test_squad_task.py", "test_checkpoints.py",
-                    "test_sweep.py", "test_quickstart.py", "test_install.py",
-                    "test_real_weights.py", "test_train.py")
+                    "test_accumulation_recompute_padding.py", "test_train.py",
+                    "test_sweep.py", "test_quickstart.py",
+                    "test_train_step.py", "test_squad_task.py",
+                    "test_real_weights.py", "test_hub_encoder.py",
+                    "test_pretraining_task.py")
 
 
 def pytest_collection_modifyitems(items):
@@ -109,7 +110,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   from bertexp import checkpoints
   from bertexp.data import prepare
   gfile = tf.io.gfile
-  # Per process: `make test` runs test files in 2 processes.
+  # Per process: `make test` runs test files in 3 processes.
   local = write_sst2_folder(os.path.join(
       tempfile.gettempdir(), f"bertexp_sst2_src_{os.getpid()}"))
   glue_dir = f"{root}/SST-2"

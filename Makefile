@@ -14,8 +14,8 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile --upgrade pip
-	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[test,chinese,plots]'
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,chinese,plots]'
 	$(PY) -m pip install -q --no-deps tf-models-official==2.20.0
 	$(PY) -c "import orbit, tensorflow_text, gin, tf_keras; print('stack ok')"
 	touch $@
@@ -112,7 +112,7 @@ demo-squad: demo-data
 
 test: setup
 	$(PY) tools/demo_data.py fetch
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The Hugging Face PyTorch reference of tools/bench_vs_hf.py, in its own venv.
 HF_VENV := .cache/bench_hf

@@ -110,7 +110,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   from bertexp import checkpoints
   from bertexp.data import prepare
   gfile = tf.io.gfile
-  # Per process: `make test` runs test files in 3 processes.
+  # Per process: `make test` runs test files in 2 processes.
   local = write_sst2_folder(os.path.join(
       tempfile.gettempdir(), f"bertexp_sst2_src_{os.getpid()}"))
   glue_dir = f"{root}/SST-2"

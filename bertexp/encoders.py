@@ -55,8 +55,9 @@ class SavedModelEncoder(tf_keras.layers.Layer):
       return self.saved_model([inputs[k] for k in _INPUTS], training=training)
     return self.saved_model(inputs, training=training)
 
-  def call(self, inputs, training=None, dropout_seed=None):
-    del dropout_seed   # the SavedModel draws its own dropout masks
+  def call(self, inputs, training=None, dropout_seed=None, pooled_only=False):
+    # The SavedModel draws its own dropout masks and computes every position.
+    del dropout_seed, pooled_only
     inputs = {k: tf.cast(inputs[k], tf.int32) for k in _INPUTS}
     outputs = self._call_saved_model(inputs, bool(training and self.trainable))
     if isinstance(outputs, dict):

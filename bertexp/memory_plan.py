@@ -13,13 +13,15 @@ mixed precision):
   optimizer      8 P                   (AdamW / LAMB: two float32 slots)
   accumulator    4 P                   (only with gradient accumulation)
   weight casts   2 P                   (only in mixed precision)
-  activations    b * (L * layer + embeddings + head) * e
+  activations    b * ((L - 1) * layer + last + embeddings + head) * e
     layer        = 10 S H + 2 S I + 3 N S^2   (what one Transformer block
                    keeps for its backward pass: its input, q, k, v, context,
                    two dropout masks and the LayerNorm inputs [10 S H]; the
                    feed-forward pre- and post-activation [2 S I]; attention
                    probabilities, their dropout mask and the dropped
                    probabilities [3 N S^2])
+    last         = layer, or for classification heads (whose last block
+                   computes [CLS]'s row only) 3 S H + 7 H + 2 I + 3 N S
     with recompute: L * S H (each block's input) + 2 layers (the block
                    being differentiated: its recomputed activations and
                    their gradients)
@@ -49,15 +51,17 @@ TPU_CORE_MEMORY_GB = {"v2": 8, "v3": 16, "v4": 32, "v5e": 16, "v5p": 95,
 
 @dataclasses.dataclass(frozen=True)
 class Head:
-  """A task head: its parameters and the activation elements it keeps per
-  example for the backward pass."""
+  """A task head: its parameters, the activation elements it keeps per
+  example for the backward pass, and how many positions the encoder's last
+  block computes for it (None: all)."""
   parameters: int
   activations_per_example: int
+  last_block_positions: int = None
 
   @classmethod
   def classifier(cls, config, num_labels):
     return cls(config.hidden_size * num_labels + num_labels,
-               3 * config.hidden_size)
+               3 * config.hidden_size, last_block_positions=1)
 
   @classmethod
   def span(cls, config, seq_length):
@@ -81,13 +85,17 @@ def encoder_parameters(config):
   return embeddings + config.num_hidden_layers * block + h * h + h
 
 
-def _layer_elements(config, seq_length):
+def _layer_elements(config, seq_length, queries=None):
+  """Elements one block keeps when `queries` of its seq_length positions
+  (all when None) are computed: the input, keys and values cover every
+  position, the rest only the queries."""
   s, h, n = seq_length, config.hidden_size, config.num_attention_heads
+  q = s if queries is None else queries
   dropout = config.hidden_dropout_prob > 0
   attention_dropout = config.attention_probs_dropout_prob > 0
-  hidden = (10 if dropout else 8) * s * h
-  probs = (3 if attention_dropout else 1) * n * s * s
-  return hidden + 2 * s * config.intermediate_size + probs
+  hidden = 3 * s * h + (7 if dropout else 5) * q * h
+  probs = (3 if attention_dropout else 1) * n * q * s
+  return hidden + 2 * q * config.intermediate_size + probs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +144,11 @@ def estimate(config, *, seq_length, micro_batch, head, recompute=False,
   parameters = encoder_parameters(config) + head.parameters
   element = 2 if mixed_precision else 4
   layer = _layer_elements(config, seq_length)
+  last = _layer_elements(config, seq_length, head.last_block_positions)
   embeddings = 4 * seq_length * config.hidden_size
   outside = embeddings + head.activations_per_example
   layers = config.num_hidden_layers
-  plain = micro_batch * (layers * layer + outside) * element
+  plain = micro_batch * ((layers - 1) * layer + last + outside) * element
   recomputed = micro_batch * (
       layers * seq_length * config.hidden_size + 2 * layer + outside) * element
   backward = micro_batch * element * (

@@ -62,6 +62,38 @@ def test_padding_does_not_change_real_positions(tiny_config):
                              long["pooled_output"].numpy(), atol=1e-5)
 
 
+def test_pooled_only_gives_the_pooled_output_and_gradients_of_all_positions():
+  """The classifier's path (last block on [CLS] only) against the full
+  encoder: same pooled output and same gradient for every variable, with
+  padding in the batch (dropout off: its masks' shapes differ)."""
+  config = modeling.BertConfig.from_dict(dict(
+      TINY_CONFIG, num_hidden_layers=3, hidden_dropout_prob=0.0,
+      attention_probs_dropout_prob=0.0))
+  tf.random.set_seed(2)
+  encoder = modeling.BertEncoder(config).build_variables()
+  ids = tf.constant([[2, 5, 6, 7, 8, 3], [2, 9, 4, 3, 0, 0]])
+  inputs = {"input_word_ids": ids, "input_mask": tf.cast(ids > 0, tf.int32),
+            "input_type_ids": tf.constant([[0, 0, 0, 1, 1, 1]] * 2)}
+  direction = tf.random.normal([2, config.hidden_size], seed=3)
+  results = []
+  for pooled_only in (False, True):
+    with tf.GradientTape() as tape:
+      out = encoder(inputs, training=True, pooled_only=pooled_only)
+      loss = tf.reduce_sum(out["pooled_output"] * direction)
+    results.append((out, tape.gradient(loss, encoder.trainable_variables)))
+  (full, full_grads), (pooled, pooled_grads) = results
+  assert set(pooled) == {"pooled_output"}
+  np.testing.assert_allclose(pooled["pooled_output"].numpy(),
+                             full["pooled_output"].numpy(), atol=1e-6)
+  last_query = encoder.blocks[-1].query.kernel
+  for variable, f, p in zip(encoder.trainable_variables, full_grads,
+                            pooled_grads):
+    f, p = tf.convert_to_tensor(f).numpy(), tf.convert_to_tensor(p).numpy()
+    np.testing.assert_allclose(p, f, atol=1e-6, err_msg=variable.name)
+    if variable is last_query:
+      assert np.abs(f).max() > 1e-4    # the last block's queries do matter
+
+
 def test_every_config_field_is_read(tmp_path):
   values = dict(TINY_CONFIG, intermediate_size=24, type_vocab_size=3,
                 max_position_embeddings=40, num_hidden_layers=3,

@@ -28,10 +28,10 @@ mixed precision):
     embeddings   = 4 S H;  head = what the task's head keeps (Head)
   backward peak  b * (2 N S^2 + 2 S I) * e   (gradients of the largest
                    tensors of the layer being differentiated)
-  overhead       4 P + 0.125 GiB  (update temporaries, the traced
+  overhead       4 P + 0.25 GiB  (update temporaries, the traced
                    graphs and allocator slack: fitted to the peaks `make
-                   bench` measures on the CPU, where it is 0.13-0.58 GiB
-                   from a 2x128 to a 12x768 encoder)
+                   bench` measures on the CPU, 12 configurations from a
+                   2x128 to a 12x768 encoder)
   runtime        what the process holds before the model exists (the
                    TensorFlow runtime on a CPU; measured, not modelled)
 
@@ -162,7 +162,7 @@ def estimate(config, *, seq_length, micro_batch, head, recompute=False,
       activations=recomputed if recompute else plain,
       activations_without_recompute=plain,
       activations_with_recompute=recomputed, backward_peak=backward,
-      overhead=4 * parameters + GB // 8, runtime=runtime_bytes)
+      overhead=4 * parameters + GB // 4, runtime=runtime_bytes)
 
 
 def smallest_fitting(config, *, seq_length, batch_per_replica, head,

@@ -13,6 +13,7 @@ import subprocess
 import gin
 
 from bertexp import memory_plan
+from bertexp import strategy as strategy_lib
 
 GB = memory_plan.GB
 
@@ -29,17 +30,42 @@ def _workers():
   return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
 
 
-def _gpu_memory_bytes():
-  """Memory of the first GPU from nvidia-smi, or None."""
+def _nvidia_smi(field):
+  """`field` of the first GPU from nvidia-smi (e.g. memory.total), or None."""
   if not shutil.which("nvidia-smi"):
     return None
   try:
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={field}",
                           "--format=csv,noheader,nounits"], check=True,
                          capture_output=True, text=True, timeout=20).stdout
-    return int(out.split()[0]) * 1024 ** 2
-  except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    return out.split()[0]
+  except (OSError, subprocess.SubprocessError, IndexError):
     return None
+
+
+def _gpu_memory_bytes():
+  """Memory of the first GPU from nvidia-smi, or None."""
+  mib = _nvidia_smi("memory.total")
+  return int(mib) * 1024 ** 2 if mib and mib.isdigit() else None
+
+
+def _gpu_capability():
+  """(major, minor) compute capability of the first GPU, or None."""
+  cap = _nvidia_smi("compute_cap") or ""
+  major, _, minor = cap.partition(".")
+  return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+
+def _precision(device_name):
+  """The bound precision; "auto" resolved for the plan's device."""
+  precision = _bindings("bertexp.configure_numerics").get("precision",
+                                                           "float32")
+  if precision != "auto":
+    return precision
+  kind = device_name.split()[0]
+  resolved = strategy_lib.auto_precision(
+      kind, _gpu_capability() if kind == "GPU" else None)
+  return f"{resolved} (auto)"
 
 
 def _resident_bytes():
@@ -82,10 +108,9 @@ def memory_report(task, *, train_batch_size, accumulation_steps,
   config, seq, head = task.model_shape()
   name, replicas, device_bytes, runtime = device(tpu_type, tpu_cores,
                                                  device_memory_gb)
-  precision = _bindings("bertexp.configure_numerics").get("precision",
-                                                           "float32")
+  precision = _precision(name)
   recompute = bool(_bindings("bertexp.build_encoder").get("recompute", False))
-  mixed = precision != "float32"
+  mixed = not precision.startswith("float32")
   per_replica = max(1, train_batch_size // replicas)
   micro = max(1, per_replica // accumulation_steps)
   plan = memory_plan.estimate(config, seq_length=seq, micro_batch=micro,

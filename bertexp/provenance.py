@@ -58,10 +58,15 @@ def versions():
   return found
 
 
-def record(task, *, init_checkpoint, seed, deterministic, cpu_threads):
+def record(task, *, init_checkpoint, seed, deterministic, cpu_threads,
+           precision):
+  """What a run's numbers depend on besides its gin config (for
+  training_summary.json); `precision` is the one the run used ("auto"
+  resolved)."""
   files = task.input_files()
   return {
       "seed": seed, "deterministic": deterministic, "cpu_threads": cpu_threads,
+      "precision": precision,
       "init_checkpoint": (checkpoint_sha256(init_checkpoint)
                           if init_checkpoint else None),
       "vocab_file": ({"path": files["vocab_file"],

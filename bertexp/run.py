@@ -233,7 +233,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     tf_keras.utils.set_random_seed(seed)
   if deterministic:
     tf.config.experimental.enable_op_determinism()
-  precision, jit_compile = strategy_lib.configure_numerics()
+  precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
   if mode in ("predict", "export", "export_tflite"):
     # Served models compute in float32 whatever the training precision, so
     # predict and the exported model give the same numbers.
@@ -289,7 +289,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                  recovery_max_trials=recovery_max_trials),
       provenance=provenance_lib.record(
           task, init_checkpoint=init_checkpoint, seed=seed,
-          deterministic=deterministic, cpu_threads=cpu_threads))
+          deterministic=deterministic, cpu_threads=cpu_threads,
+          precision=precision))
   if mode != "train_eval_predict":
     return summary
   # As --mode=predict would, in this process: a float32 model with the

@@ -14,7 +14,10 @@ import tensorflow as tf
 import tf_keras
 
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
+# /proc/cpuinfo names of native bfloat16 matmul support: x86 AVX512-BF16 and
+# AMX-BF16 ("flags"), Arm BF16 ("Features").
+_NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _MIRRORED = {}
 
 
@@ -147,16 +150,82 @@ def _cross_device_ops(all_reduce, num_gpus):
 
 
 @gin.configurable(module="bertexp")
-def configure_numerics(precision="float32", jit_compile=False):
-  """Sets the Keras mixed-precision policy; returns jit_compile for the trainer.
+def configure_numerics(precision="float32", jit_compile=False, strategy=None):
+  """Sets the Keras mixed-precision policy; returns (precision, jit_compile).
 
-  mixed_float16 gets dynamic loss scaling in the trainer; mixed_bfloat16
-  needs none (same exponent range as float32).
+  precision: one of PRECISIONS. mixed_float16 gets dynamic loss scaling in
+  the trainer; mixed_bfloat16 needs none (same exponent range as float32).
+  "auto" picks what is fast on the replicas of `strategy` (auto_precision)
+  and returns the precision it picked.
   """
   if precision not in PRECISIONS:
     raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
+  if precision == "auto":
+    kind = device_kind(strategy or tf.distribute.get_strategy())
+    precision = auto_precision(kind, _gpu_capability() if kind == "GPU" else None)
+    logging.info("precision auto on %s replicas: %s", kind, precision)
   tf_keras.mixed_precision.set_global_policy(precision)
   return precision, jit_compile
+
+
+def auto_precision(kind, gpu_capability=None):
+  """The precision "auto" picks for replicas of `kind` ("TPU", "GPU", "CPU").
+
+  TPU: mixed_bfloat16. GPU: mixed_bfloat16 from compute capability 8.0
+  (Ampere), mixed_float16 on 7.x (Volta/Turing tensor cores), float32 below
+  or when unknown. CPU: mixed_bfloat16 when it computes bfloat16 natively
+  (cpu_has_native_bfloat16), else float32 -- emulated bfloat16 is slower
+  than float32 (tools/bench_vs_hf.py measures both).
+  """
+  if kind == "TPU":
+    return "mixed_bfloat16"
+  if kind == "GPU":
+    if gpu_capability is not None and tuple(gpu_capability) >= (8, 0):
+      return "mixed_bfloat16"
+    if gpu_capability is not None and tuple(gpu_capability) >= (7, 0):
+      return "mixed_float16"
+    return "float32"
+  return "mixed_bfloat16" if cpu_has_native_bfloat16() else "float32"
+
+
+def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
+  """Whether this CPU has bfloat16 matmul instructions (AVX512-BF16, AMX-BF16
+  or Arm BF16), read from Linux's `cpuinfo`; False where that file is
+  missing (macOS, Windows): unknown is treated as emulated."""
+  try:
+    with open(cpuinfo) as info:
+      for line in info:
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+          return bool(_NATIVE_BF16_FLAGS & set(value.split()))
+  except OSError:
+    pass
+  return False
+
+
+def device_kind(strategy):
+  """"TPU", "GPU" or "CPU": what the replicas of `strategy` run on."""
+  names = " ".join(_replica_devices(strategy)).upper()
+  for kind in ("TPU", "GPU"):
+    if kind in names:
+      return kind
+  return "CPU"
+
+
+def _replica_devices(strategy):
+  if strategy is tf.distribute.get_strategy() and not tf.distribute.has_strategy():
+    # The default strategy has no device list: TensorFlow places on a GPU
+    # when it sees one.
+    return [d.name for d in tf.config.list_logical_devices("GPU")]
+  return list(strategy.extended.worker_devices)
+
+
+def _gpu_capability():
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    return None
+  return tf.config.experimental.get_device_details(gpus[0]).get(
+      "compute_capability")
 
 
 def padding_multiple(strategy, setting="auto"):
@@ -174,12 +243,4 @@ def padding_multiple(strategy, setting="auto"):
       raise ValueError(f"pad_to_multiple_of={setting!r}: expected \"auto\", "
                        "a positive int, or None/0 (no dynamic padding)")
     return setting or None
-  default = (strategy is tf.distribute.get_strategy()
-             and not tf.distribute.has_strategy())
-  if default:
-    # The default strategy has no device list: TensorFlow places on a GPU
-    # when it sees one.
-    devices = [d.name for d in tf.config.list_logical_devices("GPU")]
-  else:
-    devices = strategy.extended.worker_devices
-  return 8 if any("GPU" in device.upper() for device in devices) else 1
+  return 8 if device_kind(strategy) == "GPU" else 1

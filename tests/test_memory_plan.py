@@ -9,6 +9,7 @@ from bertexp import cli
 from bertexp import gin_setup
 from bertexp import memory_plan
 from bertexp import modeling
+from bertexp import strategy
 from bertexp.tasks import pretraining
 from bertexp.tasks import squad
 from conftest import TINY_CONFIG
@@ -97,6 +98,8 @@ def test_mode_plan_prints_the_plan_and_trains_nothing(tmp_path, tiny_vocab,
   assert f"parameters                       {parameters:,}" in out
   assert "micro-batch 4 x sequence 16" in out
   assert "recompute on; gradient_accumulation_steps 2" in out
+  # The demo binds precision "auto": the plan names what this CPU gets.
+  assert f"sequence 16; {strategy.auto_precision('CPU')} (auto);" in out
   assert "device: CPU (all replicas share it) with 64.0 GiB: fits" in out
   assert "smallest gradient_accumulation_steps that fits with recompute: 1" in out
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob(

@@ -9,6 +9,7 @@ import sys
 
 from bertexp import checkpoints
 from bertexp import cli
+from bertexp import strategy
 from conftest import MINILM_HF, REPO, requires_minilm
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -49,3 +50,5 @@ def test_minilm_learns_movie_sentiment(tmp_path):
   assert summary["total_training_steps"] == 75
   assert summary["eval_metrics"]["num_examples"] > 290
   assert summary["eval_metrics"]["accuracy"] >= 0.70, summary
+  # The demo's precision is "auto": what this CPU computes fastest.
+  assert summary["provenance"]["precision"] == strategy.auto_precision("CPU")

@@ -44,6 +44,40 @@ def test_precision_policy():
     tf_keras.mixed_precision.set_global_policy("float32")
 
 
+def test_auto_precision_picks_by_device():
+  assert strategy.auto_precision("TPU") == "mixed_bfloat16"
+  assert strategy.auto_precision("GPU", (8, 0)) == "mixed_bfloat16"
+  assert strategy.auto_precision("GPU", (7, 5)) == "mixed_float16"
+  assert strategy.auto_precision("GPU", (6, 1)) == "float32"
+  assert strategy.auto_precision("GPU", None) == "float32"
+  cpu = "mixed_bfloat16" if strategy.cpu_has_native_bfloat16() else "float32"
+  assert strategy.auto_precision("CPU") == cpu
+
+
+@pytest.mark.parametrize("line,native", [
+    ("flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw", False),  # AVX-512, no BF16
+    ("flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni", True),     # Cooper Lake, Zen 4
+    ("flags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8", True),  # Sapphire Rapids
+    ("Features\t: fp asimd sve bf16 i8mm", True),                        # Arm v8.6
+    ("Features\t: fp asimd evtstrm aes crc32", False)])
+def test_native_bfloat16_is_read_from_cpuinfo_flags(tmp_path, line, native):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text(f"processor\t: 0\nmodel name\t: some cpu bf16\n{line}\n")
+  assert strategy.cpu_has_native_bfloat16(str(cpuinfo)) is native
+  assert strategy.cpu_has_native_bfloat16(str(tmp_path / "missing")) is False
+
+
+def test_auto_precision_sets_the_policy_it_returns():
+  try:
+    for replicas in (strategy.make_strategy("default"),
+                     strategy.make_strategy("mirrored", cpu_replicas=2)):
+      precision, _ = strategy.configure_numerics("auto", strategy=replicas)
+      assert precision == strategy.auto_precision("CPU")
+      assert tf_keras.mixed_precision.global_policy().name == precision
+  finally:
+    tf_keras.mixed_precision.set_global_policy("float32")
+
+
 def test_cpu_replicas_are_logical_cpu_devices():
   two = strategy.make_strategy("mirrored", cpu_replicas=2)
   assert two.num_replicas_in_sync == 2

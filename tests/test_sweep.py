@@ -123,6 +123,7 @@ def test_sweep_resumes_writes_table_and_plot_and_trials_rerun_alone(
   summary = json.loads((out / "lr0.001_seed1" / "training_summary.json").read_text())
   record = summary["provenance"]
   assert record["seed"] == 1 and record["deterministic"] is True
+  assert record["precision"] == "float32"
   assert record["init_checkpoint"]["sha256"] and record["vocab_file"]["sha256"]
   assert len(record["data_files"]) == 4 and record["versions"]["tensorflow"]
   for name in ("config.gin", "operative_config.gin", "trial.gin"):

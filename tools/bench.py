@@ -46,6 +46,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from bertexp import modeling  # noqa: E402
+import machine  # noqa: E402  (tools/)
 
 SHAPES = {
     # name: (layers, hidden, heads, intermediate, seq, batch)
@@ -347,6 +348,7 @@ def main():
   parser.add_argument("--squad_dev", default=".cache/squad/dev-v1.1.json")
   parser.add_argument("--pretraining_mb", type=float, default=24)
   args = parser.parse_args()
+  print(machine.cpu_line(), flush=True)
   if not args.skip_train:
     print("examples/s; ratios to Model Garden's default encoder (MG) and "
           "to it with output_range=1 (MG r=1)")

@@ -39,6 +39,7 @@ from bertexp import modeling  # noqa: E402
 from bertexp import optimization  # noqa: E402
 from bertexp import strategy as strategy_lib  # noqa: E402
 from bertexp import trainer as trainer_lib  # noqa: E402
+import machine  # noqa: E402  (tools/)
 import memory_probe  # noqa: E402  (tools/)
 
 BATCH = 32
@@ -96,6 +97,7 @@ def main():
   parser.add_argument("--top", type=int, default=12,
                       help="op types to list")
   args = parser.parse_args()
+  print(machine.cpu_line(), flush=True)
   tf.config.threading.set_intra_op_parallelism_threads(2)
   tf.config.threading.set_inter_op_parallelism_threads(2)
   tf_keras.mixed_precision.set_global_policy(args.precision)

@@ -153,6 +153,19 @@ def test_fresh_weights_differ_between_layers(tiny_config):
   assert not np.allclose(q, k)
 
 
+def test_variable_names_are_unique_and_scoped_by_layer(tiny_config):
+  """query/key/value are built by their block (they run as one matmul), not
+  by being called: their names must still be layer_i/query/kernel etc."""
+  encoder = bertexp.load_encoder(tiny_config)
+  names = [v.name for v in encoder.trainable_variables]
+  assert len(set(names)) == len(names)
+  prefix = encoder.name + "/layer_1/"
+  for dense in ("query", "key", "value", "attention_output", "intermediate",
+                "output"):
+    for part in ("kernel", "bias"):
+      assert f"{prefix}{dense}/{part}:0" in names
+
+
 def test_config_errors(tmp_path):
   with pytest.raises(ValueError, match="not a multiple"):
     modeling.BertConfig.from_dict(dict(TINY_CONFIG, num_attention_heads=3))

@@ -41,6 +41,7 @@ measured peak memory of real training steps (tools/bench.py memory).
 """
 import dataclasses
 import os
+from typing import Optional
 
 GB = 1024 ** 3
 
@@ -56,7 +57,7 @@ class Head:
   block computes for it (None: all)."""
   parameters: int
   activations_per_example: int
-  last_block_positions: int = None
+  last_block_positions: Optional[int] = None
 
   @classmethod
   def classifier(cls, config, num_labels):

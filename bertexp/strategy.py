@@ -193,15 +193,23 @@ def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
   """Whether this CPU has bfloat16 matmul instructions (AVX512-BF16, AMX-BF16
   or Arm BF16), read from Linux's `cpuinfo`; False where that file is
   missing (macOS, Windows): unknown is treated as emulated."""
+  flags = cpuinfo_field(("flags", "Features"), cpuinfo)
+  return bool(flags and _NATIVE_BF16_FLAGS & set(flags.split()))
+
+
+def cpuinfo_field(keys, cpuinfo="/proc/cpuinfo"):
+  """The value of the first line of Linux's `cpuinfo` whose key is one of
+  `keys` (x86 says "flags", Arm "Features"); None where there is no such line
+  or no such file."""
   try:
     with open(cpuinfo) as info:
       for line in info:
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-          return bool(_NATIVE_BF16_FLAGS & set(value.split()))
+        if key.strip() in keys:
+          return value.strip()
   except OSError:
     pass
-  return False
+  return None
 
 
 def device_kind(strategy):

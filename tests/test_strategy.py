@@ -65,6 +65,8 @@ def test_native_bfloat16_is_read_from_cpuinfo_flags(tmp_path, line, native):
   cpuinfo.write_text(f"processor\t: 0\nmodel name\t: some cpu bf16\n{line}\n")
   assert strategy.cpu_has_native_bfloat16(str(cpuinfo)) is native
   assert strategy.cpu_has_native_bfloat16(str(tmp_path / "missing")) is False
+  assert strategy.cpuinfo_field(("model name",), str(cpuinfo)) == "some cpu bf16"
+  assert strategy.cpuinfo_field(("model name",), str(tmp_path / "missing")) is None
 
 
 def test_auto_precision_sets_the_policy_it_returns():

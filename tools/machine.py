@@ -12,15 +12,8 @@ from bertexp import strategy  # noqa: E402
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):
   """The CPU's model name from Linux's cpuinfo, else platform's guess."""
-  try:
-    with open(cpuinfo) as info:
-      for line in info:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-          return value.strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
+  return (strategy.cpuinfo_field(("model name",), cpuinfo) or
+          platform.processor() or platform.machine())
 
 
 def cpu_line():

@@ -1,0 +1,49 @@
+"""tools/suite_cpu.py: the test suite's CPU time by test and by file."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import suite_cpu  # noqa: E402
+
+BUSY_CHILD = ("import subprocess, sys\n"
+              "def test_child_burns_cpu():\n"
+              "  subprocess.run([sys.executable, '-c',"
+              " 'sum(i * i for i in range(3 * 10 ** 6))'], check=True)\n"
+              "def test_idle():\n"
+              "  pass\n")
+
+
+def test_plugin_records_own_and_child_process_cpu_per_test(tmp_path):
+  (tmp_path / "test_sample.py").write_text(BUSY_CHILD)
+  log = tmp_path / "cpu.jsonl"
+  done = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-p", "suite_cpu", "-p",
+       "no:cacheprovider", str(tmp_path / "test_sample.py")],
+      cwd=tmp_path, capture_output=True, text=True,
+      env=dict(os.environ, SUITE_CPU_LOG=str(log),
+               PYTHONPATH=os.path.join(REPO, "tools")))
+  assert done.returncode == 0, done.stdout + done.stderr
+  rows = {r["test"].split("::")[1]: r
+          for r in map(json.loads, log.read_text().splitlines())}
+  assert sorted(rows) == ["test_child_burns_cpu", "test_idle"]
+  busy, idle = rows["test_child_burns_cpu"], rows["test_idle"]
+  assert busy["children"] > 0.05 and idle["children"] == 0
+  assert busy["wall"] > 0 and idle["own"] < 0.05
+
+
+def test_report_sums_by_file_and_ranks_tests_by_cpu():
+  rows = [{"test": "tests/a.py::one", "own": 1.0, "children": 9.0, "wall": 30},
+          {"test": "tests/b.py::two", "own": 4.0, "children": 0.0, "wall": 5},
+          {"test": "tests/b.py::three", "own": 3.0, "children": 0.0, "wall": 3},
+          {"test": "tests/a.py::four", "own": 0.25, "children": 0.0, "wall": 1}]
+  lines = suite_cpu.summarize(rows, top=2)
+  assert lines[0] == "4 tests, 17 CPU-seconds (0.3 CPU-minutes)"
+  files = [line.split() for line in lines[3:5]]
+  assert files[0] == ["10", "59.4%", "1", "9", "2", "tests/a.py"]
+  assert files[1] == ["7", "40.6%", "7", "0", "2", "tests/b.py"]
+  tests = [line.split()[-1] for line in lines[-2:]]
+  assert tests == ["tests/a.py::one", "tests/b.py::two"]

@@ -1,0 +1,91 @@
+"""Where the test suite's CPU time goes, by file and by test.
+
+    PYTHONPATH=tools .venv/bin/python -m pytest -p suite_cpu -n 2 \
+        --dist loadfile --no-loadscope-reorder tests        # records
+    .venv/bin/python tools/suite_cpu.py [--top 25]           # prints the tables
+
+`make test`'s wall time on 2 cores is bounded by the suite's CPU time, and a
+test's wall time says little about its cost there: a test that waits on a
+one-thread subprocess takes minutes of wall time and little CPU, while the
+other pytest worker's processes take the cores. As a pytest plugin (`-p
+suite_cpu`), this module appends one JSON line per test to SUITE_CPU_LOG
+(default .cache/suite_cpu.jsonl, emptied by no one: delete it before a run):
+the pytest process's user + system time over the test (every thread) and that
+of its child processes reaped during the test. A child's time lands on the test
+running when it ends, so file totals are exact, and a test that runs processes
+in the background (the strategy matrix's TPU-check cells) shares its children's
+time with its file's other tests.
+"""
+import argparse
+import collections
+import json
+import os
+import resource
+import time
+
+import pytest
+
+LOG = os.environ.get("SUITE_CPU_LOG", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache",
+    "suite_cpu.jsonl"))
+
+
+def _cpu_seconds():
+  """(this process, its reaped children): user + system seconds."""
+  own = resource.getrusage(resource.RUSAGE_SELF)
+  children = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return (own.ru_utime + own.ru_stime,
+          children.ru_utime + children.ru_stime)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """pytest hook: records one test's CPU (setup, call and teardown)."""
+  del nextitem
+  own, children = _cpu_seconds()
+  start = time.time()
+  yield
+  own_after, children_after = _cpu_seconds()
+  os.makedirs(os.path.dirname(LOG), exist_ok=True)
+  with open(LOG, "a") as f:
+    f.write(json.dumps({"test": item.nodeid, "own": own_after - own,
+                        "children": children_after - children,
+                        "wall": time.time() - start}) + "\n")
+
+
+def summarize(rows, top):
+  """The report's lines: per file, then the `top` costliest tests."""
+  by_file = collections.defaultdict(lambda: [0.0, 0.0, 0])
+  for row in rows:
+    totals = by_file[row["test"].split("::")[0]]
+    totals[0] += row["own"]
+    totals[1] += row["children"]
+    totals[2] += 1
+  total = sum(own + children for own, children, _ in by_file.values())
+  lines = [f"{len(rows)} tests, {total:.0f} CPU-seconds "
+           f"({total / 60:.1f} CPU-minutes)", "",
+           f"{'CPU s':>8} {'share':>6} {'own':>7} {'children':>8} "
+           f"{'tests':>5}  file"]
+  for name, (own, children, count) in sorted(
+      by_file.items(), key=lambda item: -sum(item[1][:2])):
+    lines.append(f"{own + children:8.0f} {(own + children) / total:6.1%} "
+                 f"{own:7.0f} {children:8.0f} {count:5d}  {name}")
+  lines += ["", f"{'CPU s':>8} {'wall s':>7}  test (the {top} costliest)"]
+  for row in sorted(rows, key=lambda r: -(r["own"] + r["children"]))[:top]:
+    lines.append(f"{row['own'] + row['children']:8.1f} {row['wall']:7.1f}  "
+                 f"{row['test']}")
+  return lines
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("log", nargs="?", default=LOG)
+  parser.add_argument("--top", type=int, default=25)
+  args = parser.parse_args()
+  with open(args.log) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  print("\n".join(summarize(rows, args.top)))
+
+
+if __name__ == "__main__":
+  main()

@@ -134,16 +134,14 @@ def _replicas(gin_file):
 
 @pytest.fixture(scope="module")
 def tpu_check_runs(fixtures, tmp_path_factory):
-  """Starts the TPU-check cells, one process at a time, while the other
-  cells run here: each is a new `bertexp train` process (the shipped file
-  itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8 or 2
-  before TensorFlow starts), with only data and model paths bound to the
-  fixtures, and two steps; two also predict (train_eval_predict). One at a
-  time, not two: with this file's own runs and the other pytest process,
-  two cells put four TensorFlow processes on `make test`'s 2 cores, whose
-  thread pools then spin for CPU (the suite took 10 % more CPU time;
-  measured with tools/suite_cpu.py)."""
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+  """Starts every TPU-check cell at once, two processes at a time, while the
+  other cells run here: each is a new `bertexp train` process (the shipped
+  file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
+  or 2 before TensorFlow starts), with only data and model paths bound to
+  the fixtures, and two steps; two also predict (train_eval_predict). Most of
+  a run's minute is single-threaded graph building, so two side by side
+  take little longer than one."""
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
   runs = {}
   for gin_file in TPU_CHECK_CELLS:
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from bertexp import fileio
 from bertexp import modeling
+from bertexp import strategy as strategy_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,6 +68,9 @@ def record(task, *, init_checkpoint, seed, deterministic, cpu_threads,
   return {
       "seed": seed, "deterministic": deterministic, "cpu_threads": cpu_threads,
       "precision": precision,
+      # oneDNN and Eigen kernels round differently: the same seed gives other
+      # float results with the other one.
+      "onednn": strategy_lib.onednn_enabled(),
       "init_checkpoint": (checkpoint_sha256(init_checkpoint)
                           if init_checkpoint else None),
       "vocab_file": ({"path": files["vocab_file"],

@@ -164,6 +164,7 @@ def configure_numerics(precision="float32", jit_compile=False, strategy=None):
     kind = device_kind(strategy or tf.distribute.get_strategy())
     precision = auto_precision(kind, _gpu_capability() if kind == "GPU" else None)
     logging.info("precision auto on %s replicas: %s", kind, precision)
+  logging.info("TensorFlow's oneDNN CPU kernels: %s", onednn_state())
   tf_keras.mixed_precision.set_global_policy(precision)
   return precision, jit_compile
 
@@ -195,6 +196,23 @@ def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
   missing (macOS, Windows): unknown is treated as emulated."""
   flags = cpuinfo_field(("flags", "Features"), cpuinfo)
   return bool(flags and _NATIVE_BF16_FLAGS & set(flags.split()))
+
+
+def onednn_enabled():
+  """Whether TensorFlow runs its oneDNN CPU kernels in this process (it
+  decides once, when it loads: see bertexp/__init__.py); None when this
+  TensorFlow cannot say. TensorFlow has no public call for it: this asks
+  the flag its own tests read."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def onednn_state():
+  """onednn_enabled() in a word: "on", "off" or "unknown"."""
+  return {True: "on", False: "off", None: "unknown"}[onednn_enabled()]
 
 
 def cpuinfo_field(keys, cpuinfo="/proc/cpuinfo"):

@@ -1,4 +1,9 @@
 """The strategy factory and numerics knobs."""
+import os
+import platform
+import subprocess
+import sys
+
 import pytest
 import tensorflow as tf
 import tf_keras
@@ -67,6 +72,26 @@ def test_native_bfloat16_is_read_from_cpuinfo_flags(tmp_path, line, native):
   assert strategy.cpu_has_native_bfloat16(str(tmp_path / "missing")) is False
   assert strategy.cpuinfo_field(("model name",), str(cpuinfo)) == "some cpu bf16"
   assert strategy.cpuinfo_field(("model name",), str(tmp_path / "missing")) is None
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="bertexp asks for oneDNN on x86-64 CPUs only")
+def test_importing_bertexp_turns_onednn_on_unless_the_user_chose():
+  """TensorFlow leaves oneDNN off on x86 CPUs without AVX-512 VNNI/bfloat16
+  or AMX; bertexp asks for it on every x86-64 CPU, and keeps the user's
+  TF_ENABLE_ONEDNN_OPTS=0."""
+  code = ("import bertexp; from bertexp import strategy; "
+          "print(strategy.onednn_state())")
+  runs = {}
+  for setting in (None, "0", "1"):
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+      env["TF_ENABLE_ONEDNN_OPTS"] = setting
+    runs[setting] = subprocess.Popen([sys.executable, "-c", code], env=env,
+                                     stdout=subprocess.PIPE, text=True)
+  states = {setting: run.communicate()[0].strip().splitlines()[-1]
+            for setting, run in runs.items()}
+  assert states == {None: "on", "0": "off", "1": "on"}
 
 
 def test_auto_precision_sets_the_policy_it_returns():

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp import grids
+from bertexp import strategy as strategy_lib
 from bertexp import sweep
 from conftest import REPO, prepare_tiny_sst2_run
 
@@ -124,6 +125,8 @@ def test_sweep_resumes_writes_table_and_plot_and_trials_rerun_alone(
   record = summary["provenance"]
   assert record["seed"] == 1 and record["deterministic"] is True
   assert record["precision"] == "float32"
+  # This process imported bertexp before TensorFlow, as the trials do.
+  assert record["onednn"] is strategy_lib.onednn_enabled() is not None
   assert record["init_checkpoint"]["sha256"] and record["vocab_file"]["sha256"]
   assert len(record["data_files"]) == 4 and record["versions"]["tensorflow"]
   for name in ("config.gin", "operative_config.gin", "trial.gin"):

@@ -19,4 +19,5 @@ def cpu_model(cpuinfo="/proc/cpuinfo"):
 def cpu_line():
   native = strategy.cpu_has_native_bfloat16()
   return (f"CPU: {cpu_model()}, {os.cpu_count()} logical cores, bfloat16 "
-          f"instructions: {'yes' if native else 'no (bfloat16 is emulated)'}")
+          f"instructions: {'yes' if native else 'no (bfloat16 is emulated)'}, "
+          f"TensorFlow's oneDNN kernels: {strategy.onednn_state()}")

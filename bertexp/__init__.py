@@ -11,7 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 # TensorFlow turns its oneDNN CPU kernels on by itself only on x86 CPUs with
 # AVX-512 VNNI / bfloat16 or AMX; elsewhere (AVX2 CPUs such as AMD EPYC) it
-# runs its Eigen kernels, and a MiniLM training step took 15-25 % longer
+# runs its Eigen kernels, and a MiniLM training step took ~20 % longer
 # (tools/profile_step.py). bertexp asks for oneDNN on every x86-64 CPU unless
 # the user chose (TF_ENABLE_ONEDNN_OPTS=0 keeps Eigen). TensorFlow reads the
 # variable once, when it loads: importing tensorflow before bertexp keeps

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bertexp  # noqa: E402,F401  (before TensorFlow: legacy Keras, oneDNN)

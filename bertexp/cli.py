@@ -194,6 +194,15 @@ def build_parser():
         name, parents=[common],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
 
+  _training_commands(sub, add)
+  _prepare_commands(sub, add)
+  _tool_commands(sub, add)
+  return parser
+
+
+def _training_commands(sub, add):
+  """train, export-tflite, sweep and results; `add(parent, name, ...)`
+  makes a command with --debug and --verbose."""
   train = add(sub, "train", help="train / eval / predict / export")
   train.add_argument("--gin_file", action="append", required=True,
                      help="experiment .gin (repeatable)")
@@ -239,6 +248,9 @@ def build_parser():
   res.add_argument("output_dir")
   res.set_defaults(func=cmd_results)
 
+
+def _prepare_commands(sub, add):
+  """prepare glue / classification / squad / pretraining."""
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)
   glue = add(prep_sub, "glue", help="a GLUE task folder")
@@ -301,6 +313,9 @@ def build_parser():
                    help="checks max_seq_length against the model")
     p.set_defaults(func=cmd_prepare)
 
+
+def _tool_commands(sub, add):
+  """build-vocab, convert-checkpoint and evaluate-squad."""
   voc = add(sub, "build-vocab", help="raw text -> WordPiece vocab.txt")
   voc.add_argument("--input_file", required=True, help="glob(s), comma separated")
   voc.add_argument("--vocab_size", type=int, required=True)
@@ -342,7 +357,7 @@ def build_parser():
                      help="write predictions re-thresholded at the best-F1 "
                           "null threshold here, then score them (v2.0)")
   squad.set_defaults(func=cmd_evaluate_squad)
-  return parser
+
 
 
 def load_tensorflow_quietly():

@@ -210,34 +210,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
                      "EXTRA_TEST_DATA_PATHS) bound")
   if mode == "plan":         # what a run would do, without running it
-    memory, lines = planning.memory_report(
-        task, train_batch_size=train_batch_size,
-        accumulation_steps=gradient_accumulation_steps)
-    result = dict(dataclasses.asdict(schedule), **memory,
-                  global_batch_size=train_batch_size,
-                  train_data_size=task.num_train_examples(), seed=seed)
-    print(f"schedule: {schedule.total_steps} steps of {train_batch_size} "
-          f"examples ({schedule.steps_per_epoch} per evaluation, warmup "
-          f"{schedule.warmup_steps})", flush=True)
-    print("\n".join(lines), flush=True)
-    return result
-  if cpu_threads:
-    # Before any TF runtime work. Thread counts change CPU reduction order,
-    # so a run reproduces bit for bit only with the same setting.
-    tf.config.threading.set_intra_op_parallelism_threads(cpu_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(cpu_threads)
-  # The strategy first: multi-worker collectives must be configured before
-  # any other TensorFlow call initialises the runtime.
-  strategy = strategy_lib.make_strategy()
-  if seed is not None:
-    tf_keras.utils.set_random_seed(seed)
-  if deterministic:
-    tf.config.experimental.enable_op_determinism()
-  precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
-  if mode in ("predict", "export", "export_tflite"):
-    # Served models compute in float32 whatever the training precision, so
-    # predict and the exported model give the same numbers.
-    tf_keras.mixed_precision.set_global_policy("float32")
+    return _plan(task, schedule, train_batch_size,
+                 gradient_accumulation_steps, seed)
+  strategy, precision, jit_compile = _start_runtime(mode, cpu_threads, seed,
+                                                    deterministic)
   fileio.makedirs(model_dir)
   if config_text is not None and mode not in TRAINING_MODES:
     fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
@@ -246,19 +222,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     model = task.build_model()
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
                            require_pretrained_encoder)
-  if mode == "export":
-    _restore_model(model, model_dir, predict_checkpoint_path)
-    return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
-  if mode == "export_tflite":
-    if getattr(task, "num_labels", 0) < 2:
-      raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
-                       f"{type(task).__name__} is not one")
-    _restore_model(model, model_dir, predict_checkpoint_path)
-    held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
-    real = held_out["example_weight"] > 0
-    inputs = {k: tf.boolean_mask(held_out[k], real)
-              for k in ("input_word_ids", "input_mask", "input_type_ids")}
-    return export_lib.export_tflite(task, model, model_dir, inputs)
+  if mode in ("export", "export_tflite"):
+    return _export(mode, task, model, model_dir, predict_checkpoint_path)
   trainer_kwargs = dict(task=task, model=model, strategy=strategy,
                         global_batch_size=train_batch_size,
                         eval_batch_size=eval_batch_size, clip_norm=clip_norm,
@@ -291,17 +256,74 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
           task, init_checkpoint=init_checkpoint, seed=seed,
           deterministic=deterministic, cpu_threads=cpu_threads,
           precision=precision))
-  if mode != "train_eval_predict":
-    return summary
-  # As --mode=predict would, in this process: a float32 model with the
-  # weights of PREDICT_CHECKPOINT_PATH (default: the last checkpoint).
-  tf_keras.mixed_precision.set_global_policy("float32")
-  with strategy.scope():
-    trainer_kwargs["model"] = task.build_model()
-  summary["predictions"] = _evaluate_or_predict(
-      "predict", model_dir, predict_checkpoint_path, trainer_kwargs,
-      eval_steps)
+  if mode == "train_eval_predict":
+    summary["predictions"] = _predict_after_training(
+        model_dir, predict_checkpoint_path, trainer_kwargs, eval_steps)
   return summary
+
+
+def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
+  """--mode=plan: prints the schedule and the memory plan; returns both."""
+  memory, lines = planning.memory_report(
+      task, train_batch_size=train_batch_size,
+      accumulation_steps=accumulation_steps)
+  result = dict(dataclasses.asdict(schedule), **memory,
+                global_batch_size=train_batch_size,
+                train_data_size=task.num_train_examples(), seed=seed)
+  print(f"schedule: {schedule.total_steps} steps of {train_batch_size} "
+        f"examples ({schedule.steps_per_epoch} per evaluation, warmup "
+        f"{schedule.warmup_steps})", flush=True)
+  print("\n".join(lines), flush=True)
+  return result
+
+
+def _start_runtime(mode, cpu_threads, seed, deterministic):
+  """Threads, the strategy, seeds and numerics, in the order TensorFlow
+  needs them; returns (strategy, precision, jit_compile)."""
+  if cpu_threads:
+    # Before any TF runtime work. Thread counts change CPU reduction order,
+    # so a run reproduces bit for bit only with the same setting.
+    tf.config.threading.set_intra_op_parallelism_threads(cpu_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(cpu_threads)
+  # The strategy first: multi-worker collectives must be configured before
+  # any other TensorFlow call initialises the runtime.
+  strategy = strategy_lib.make_strategy()
+  if seed is not None:
+    tf_keras.utils.set_random_seed(seed)
+  if deterministic:
+    tf.config.experimental.enable_op_determinism()
+  precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
+  if mode in ("predict", "export", "export_tflite"):
+    # Served models compute in float32 whatever the training precision, so
+    # predict and the exported model give the same numbers.
+    tf_keras.mixed_precision.set_global_policy("float32")
+  return strategy, precision, jit_compile
+
+
+def _export(mode, task, model, model_dir, checkpoint_path):
+  """--mode=export (a SavedModel) or export_tflite of the restored model."""
+  if mode == "export_tflite" and getattr(task, "num_labels", 0) < 2:
+    raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
+                     f"{type(task).__name__} is not one")
+  _restore_model(model, model_dir, checkpoint_path)
+  if mode == "export":
+    return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
+  held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
+  real = held_out["example_weight"] > 0
+  inputs = {k: tf.boolean_mask(held_out[k], real)
+            for k in ("input_word_ids", "input_mask", "input_type_ids")}
+  return export_lib.export_tflite(task, model, model_dir, inputs)
+
+
+def _predict_after_training(model_dir, checkpoint_path, trainer_kwargs,
+                            eval_steps):
+  """As --mode=predict would, in this process: a float32 model with the
+  weights of `checkpoint_path` (default: the last checkpoint)."""
+  tf_keras.mixed_precision.set_global_policy("float32")
+  with trainer_kwargs["strategy"].scope():
+    model = trainer_kwargs["task"].build_model()
+  return _evaluate_or_predict("predict", model_dir, checkpoint_path,
+                              dict(trainer_kwargs, model=model), eval_steps)
 
 
 def _evaluate_or_predict(mode, model_dir, checkpoint_path, trainer_kwargs,

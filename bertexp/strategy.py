@@ -45,16 +45,7 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
   if kind not in KINDS:
     raise ValueError(f"strategy kind {kind!r} is not one of {KINDS}")
   if kind == "tpu":
-    if not tpu:
-      raise ValueError("strategy kind 'tpu' needs an address: bind "
-                       "bertexp.make_strategy.tpu (e.g. 'local' on a TPU VM "
-                       "or 'grpc://10.0.0.2:8470')")
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu="" if tpu == "local" else tpu)
-    if tpu != "local":
-      tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
+    return _tpu_strategy(tpu)
   if kind == "default":
     return tf.distribute.get_strategy()
   if kind == "one_device":
@@ -62,21 +53,44 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
     return tf.distribute.OneDeviceStrategy(
         device or ("/gpu:0" if gpus else "/cpu:0"))
   if kind == "mirrored":
-    if num_gpus < 0 or cpu_replicas < 0:
-      raise ValueError(f"num_gpus and cpu_replicas must be >= 0, got "
-                       f"{num_gpus} and {cpu_replicas}")
-    if num_gpus and cpu_replicas:
-      raise ValueError("bind num_gpus or cpu_replicas, not both")
-    visible = len(tf.config.list_physical_devices("GPU"))
-    if num_gpus > visible:
-      raise ValueError(
-          f"NUM_GPUS={num_gpus} (bertexp.make_strategy.num_gpus) but "
-          f"TensorFlow sees {visible} GPU(s); bind NUM_GPUS={visible} "
-          "(0 runs on the CPU)")
-    devices = ([f"/gpu:{i}" for i in range(num_gpus)] if num_gpus
-               else split_cpu(cpu_replicas) if cpu_replicas else ["/cpu:0"])
-    return _mirrored(devices, all_reduce, num_gpus)
-  # multi_worker_mirrored
+    return _mirrored(_mirrored_devices(num_gpus, cpu_replicas), all_reduce,
+                     num_gpus)
+  return _multi_worker_strategy(all_reduce, collective_timeout_seconds)
+
+
+def _tpu_strategy(tpu):
+  """TPUStrategy on the TPU at `tpu` ("local": this TPU VM's)."""
+  if not tpu:
+    raise ValueError("strategy kind 'tpu' needs an address: bind "
+                     "bertexp.make_strategy.tpu (e.g. 'local' on a TPU VM "
+                     "or 'grpc://10.0.0.2:8470')")
+  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+      tpu="" if tpu == "local" else tpu)
+  if tpu != "local":
+    tf.config.experimental_connect_to_cluster(resolver)
+  tf.tpu.experimental.initialize_tpu_system(resolver)
+  return tf.distribute.TPUStrategy(resolver)
+
+
+def _mirrored_devices(num_gpus, cpu_replicas):
+  """The devices a "mirrored" strategy replicates on, checked."""
+  if num_gpus < 0 or cpu_replicas < 0:
+    raise ValueError(f"num_gpus and cpu_replicas must be >= 0, got "
+                     f"{num_gpus} and {cpu_replicas}")
+  if num_gpus and cpu_replicas:
+    raise ValueError("bind num_gpus or cpu_replicas, not both")
+  visible = len(tf.config.list_physical_devices("GPU"))
+  if num_gpus > visible:
+    raise ValueError(
+        f"NUM_GPUS={num_gpus} (bertexp.make_strategy.num_gpus) but "
+        f"TensorFlow sees {visible} GPU(s); bind NUM_GPUS={visible} "
+        "(0 runs on the CPU)")
+  return ([f"/gpu:{i}" for i in range(num_gpus)] if num_gpus
+          else split_cpu(cpu_replicas) if cpu_replicas else ["/cpu:0"])
+
+
+def _multi_worker_strategy(all_reduce, collective_timeout_seconds):
+  """MultiWorkerMirroredStrategy over TF_CONFIG's cluster."""
   if "TF_CONFIG" in os.environ:
     cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
     logging.info("multi-worker cluster: %s", cluster)

@@ -242,15 +242,10 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   task.check_training_data()
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                   input=state)
   resume_from = safe_checkpoints.prepare_model_dir(model_dir)
-  manager = safe_checkpoints.VerifiedCheckpointManager(
-      checkpoint, model_dir, max_to_keep=max_checkpoints,
-      checked_variables=model.variables + list(optimizer.variables),
-      hold_periodic_saves=lambda: int(state.consecutive_bad_steps.numpy()) > 0,
-      step_counter=optimizer.iterations,
-      checkpoint_interval=checkpoint_interval_steps or schedule.steps_per_epoch)
+  manager = _checkpoint_manager(
+      model, optimizer, state, model_dir, max_checkpoints,
+      checkpoint_interval_steps or schedule.steps_per_epoch)
   _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
                  init_optimizer_state, initialise)
   if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
@@ -275,15 +270,11 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
                                best_metric or task.selection_metric(),
                                best_mode))
   resumed_step = int(optimizer.iterations.numpy())
-  initial_eval = {}
   with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
     with _ends_cleanly(strategy, manager, optimizer, signals):
-      if eval_before_training and mode == "train_and_eval" and (
-          resumed_step == 0):
-        # The starting point, e.g. MLM accuracy of a randomly initialised model.
-        initial_eval = {k: float(v) for k, v in
-                        trainer.evaluate(eval_steps).items()}
-        logging.info("before training: %s", initial_eval)
+      initial_eval = (_initial_eval(trainer, eval_steps) if (
+          eval_before_training and mode == "train_and_eval" and
+          resumed_step == 0) else {})
       train_start = time.time()
       if mode == "train_and_eval":
         run_loops = lambda: controller.train_and_evaluate(
@@ -298,18 +289,44 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
-  summary = dict(
+  batch = trainer_kwargs["global_batch_size"]
+  return _write_summary(model_dir, dict(
       _loop_results(last), initial_eval_metrics=initial_eval,
       total_training_steps=schedule.total_steps,
       warmup_steps=schedule.warmup_steps, steps_this_run=steps_run,
       resumed_from_step=resumed_step,
       nonfinite_steps=int(state.nonfinite_steps.numpy()),
       examples_seen=int(state.examples_seen.numpy()),
-      global_batch_size=trainer_kwargs["global_batch_size"],
-      examples_per_second=(steps_run * trainer_kwargs["global_batch_size"] /
-                           (time.time() - train_start) if steps_run else 0.0),
+      global_batch_size=batch,
+      examples_per_second=(steps_run * batch / (time.time() - train_start)
+                           if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,
-      selection_metric=task.selection_metric(), provenance=provenance)
+      selection_metric=task.selection_metric(), provenance=provenance))
+
+
+def _initial_eval(trainer, eval_steps):
+  """The metrics before any training step, e.g. the MLM accuracy of a
+  randomly initialised model."""
+  metrics = {k: float(v) for k, v in trainer.evaluate(eval_steps).items()}
+  logging.info("before training: %s", metrics)
+  return metrics
+
+
+def _checkpoint_manager(model, optimizer, state, model_dir, max_checkpoints,
+                        interval):
+  """The verified manager of MODEL_DIR's checkpoints (model, optimizer and
+  the input position), saving every `interval` steps."""
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
+                                   input=state)
+  return safe_checkpoints.VerifiedCheckpointManager(
+      checkpoint, model_dir, max_to_keep=max_checkpoints,
+      checked_variables=model.variables + list(optimizer.variables),
+      hold_periodic_saves=lambda: int(state.consecutive_bad_steps.numpy()) > 0,
+      step_counter=optimizer.iterations, checkpoint_interval=interval)
+
+
+def _write_summary(model_dir, summary):
+  """Writes, logs and prints the Training Summary; returns it."""
   fileio.write_json(fileio.join(model_dir, "training_summary.json"), summary)
   text = fileio.read_text(fileio.join(model_dir, "training_summary.json"))
   logging.info("Training Summary:\n%s", text)

@@ -5,8 +5,9 @@
    shapes, fp32 and mixed_bfloat16, as examples/sec and the ratio
    bertexp / Model Garden (> 1 = bertexp faster). Both run the same
    classifier head, loss, optimizer and tf.function(jit_compile=False).
-   bertexp's encoder runs as its classifier runs it (pooled_only: the last
-   block computes [CLS]'s row only); Model Garden's as its BERT classifier
+   bertexp's encoder runs as its classifier and Trainer run it (pooled_only:
+   the last block computes [CLS]'s row only; a dropout seed per step, so its
+   stateless 16-bit masks); Model Garden's as its BERT classifier
    configs build it (output_range unset: every row), and again with
    output_range=1, its own [CLS]-only option, for the like-for-like ratio.
    Beside them, bertexp's real Trainer step (its loop, loss normalisation,
@@ -82,16 +83,27 @@ def _make_inputs(seq, batch):
           "input_type_ids": tf.zeros([batch, seq], tf.int32)}
 
 
-def _make_step(encoder, seq, batch, **call_kwargs):
+def _make_step(encoder, seq, batch, seeded_dropout=False, **call_kwargs):
+  """A compiled train step of `encoder` + a dense head, Keras' AdamW.
+
+  seeded_dropout: pass a new [2] dropout seed each step, as bertexp's
+  Trainer does (bertexp's encoder then draws its 16-bit stateless masks;
+  without a seed it falls back to tf.nn.dropout, a path training never
+  takes)."""
   head = tf_keras.layers.Dense(2, dtype="float32")
   optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-5)
   inputs = _make_inputs(seq, batch)
   labels = tf.constant(np.random.RandomState(1).randint(0, 2, [batch]))
+  steps_taken = tf.Variable(0, dtype=tf.int64, trainable=False)
 
   @tf.function
   def step():
+    kwargs = dict(call_kwargs)
+    if seeded_dropout:
+      kwargs["dropout_seed"] = tf.stack([tf.constant(0, tf.int64),
+                                         steps_taken.assign_add(1)])
     with tf.GradientTape() as tape:
-      pooled = encoder(inputs, training=True, **call_kwargs)["pooled_output"]
+      pooled = encoder(inputs, training=True, **kwargs)["pooled_output"]
       logits = head(tf.cast(pooled, tf.float32))
       loss = tf.reduce_mean(tf_keras.losses.sparse_categorical_crossentropy(
           labels, logits, from_logits=True))
@@ -133,7 +145,8 @@ def bench_train(shape, precision, windows, steps_per_window):
   tf_keras.mixed_precision.set_global_policy(precision)
   sides = {}
   for name, build, call_kwargs in (
-      ("bertexp", _bertexp_encoder, {"pooled_only": True}),
+      ("bertexp", _bertexp_encoder,
+       {"pooled_only": True, "seeded_dropout": True}),
       ("model_garden", _model_garden_encoder, {}),
       ("model_garden_range1", lambda *shape: _model_garden_encoder(
           *shape, output_range=1), {})):
@@ -360,9 +373,9 @@ def main():
         rates = bench_train(shape, precision, args.windows, args.steps)
         ours, theirs = rates["bertexp"], rates["model_garden"]
         range1, trainer = rates["model_garden_range1"], rates["trainer"]
-        print(f"{shape:6} {precision:15} {ours:8.1f} {theirs:8.1f} "
-              f"{ours / theirs:6.2f} {range1:8.1f} {ours / range1:6.2f} "
-              f"{trainer:8.1f} {trainer / theirs:6.2f}", flush=True)
+        print(f"{shape:6} {precision:15} {ours:8.2f} {theirs:8.2f} "
+              f"{ours / theirs:6.2f} {range1:8.2f} {ours / range1:6.2f} "
+              f"{trainer:8.2f} {trainer / theirs:6.2f}", flush=True)
     for shape in args.shapes.split(","):
       ms = bench_optimizer(shape, args.windows)
       print(f"AdamW update, {shape} encoder's variables: Keras "

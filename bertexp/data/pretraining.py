@@ -234,50 +234,21 @@ class _Worker:
     return result
 
   def _instance(self, a, b, is_random, rng, np_rng, stats):
+    """One MLM/NSP instance of segments `a` and `b` (lists of (token ids,
+    word starts)): truncated to fit, masked, padded; counted in `stats`."""
     options = self.options
-    ids_a = np.concatenate([s[0] for s in a])
-    ids_b = np.concatenate([s[0] for s in b])
-    start_a = np.concatenate([s[1] for s in a])
-    start_b = np.concatenate([s[1] for s in b])
-    # Truncate the longer side at a random end until the pair fits.
-    lo_a, hi_a, lo_b, hi_b = 0, len(ids_a), 0, len(ids_b)
-    while (hi_a - lo_a) + (hi_b - lo_b) > options.max_seq_length - 3:
-      if hi_a - lo_a > hi_b - lo_b:
-        if rng.random() < 0.5:
-          lo_a += 1
-        else:
-          hi_a -= 1
-      elif rng.random() < 0.5:
-        lo_b += 1
-      else:
-        hi_b -= 1
-    ids_a, start_a = ids_a[lo_a:hi_a], start_a[lo_a:hi_a].copy()
-    ids_b, start_b = ids_b[lo_b:hi_b], start_b[lo_b:hi_b].copy()
-    start_a[:1] = True        # a cut word still starts its segment's group
-    start_b[:1] = True
+    ids_a, start_a, ids_b, start_b = _truncate_pair(
+        a, b, options.max_seq_length - 3, rng)
     n_a, n_b = len(ids_a), len(ids_b)
     tokens = np.concatenate([[self.cls], ids_a, [self.sep], ids_b, [self.sep]])
     n = len(tokens)
-    # Masking groups: whole words (or single tokens); never [CLS]/[SEP].
-    # Groups are visited in random order and taken while they fit.
     positions = np.concatenate([np.arange(1, 1 + n_a),
                                 np.arange(2 + n_a, 2 + n_a + n_b)])
     to_predict = min(options.max_predictions_per_seq,
                      max(1, int(round(n * options.masked_lm_prob))))
     if options.do_whole_word_mask:
-      group = np.cumsum(np.concatenate([start_a, start_b])) - 1      # [n_a+n_b]
-      sizes = np.bincount(group)
-      order = np_rng.permutation(len(sizes))
-      chosen, count = [], 0
-      for g in order.tolist():
-        if count >= to_predict:
-          break
-        if count + sizes[g] <= to_predict:
-          chosen.append(g)
-          count += sizes[g]
-      taken = np.zeros(len(sizes), bool)
-      taken[chosen] = True
-      masked = positions[taken[group]]
+      masked = _whole_word_positions(positions, np.concatenate(
+          [start_a, start_b]), to_predict, np_rng)
     else:
       masked = np.sort(positions[np_rng.permutation(len(positions))[:to_predict]])
     labels = tokens[masked]
@@ -294,21 +265,75 @@ class _Worker:
     stats["masked"] += len(masked)
     stats["instance_tokens"] += n
     stats["random_next"] += int(is_random)
-    seq, preds = options.max_seq_length, options.max_predictions_per_seq
-    input_ids = np.zeros(seq, np.int64)
-    input_ids[:n] = output
-    mask = np.zeros(seq, np.int64)
-    mask[:n] = 1
-    segments = np.zeros(seq, np.int64)
-    segments[2 + n_a:n] = 1
-    lm_positions = np.zeros(preds, np.int64)
-    lm_positions[:len(masked)] = masked
-    lm_ids = np.zeros(preds, np.int64)
-    lm_ids[:len(masked)] = labels
-    lm_weights = np.zeros(preds, np.float32)
-    lm_weights[:len(masked)] = 1.0
-    return (input_ids, mask, segments, lm_positions, lm_ids, lm_weights,
-            np.array([int(is_random)], np.int64))
+    return _padded_features(output, 2 + n_a, masked, labels, is_random,
+                            options.max_seq_length,
+                            options.max_predictions_per_seq)
+
+
+def _truncate_pair(a, b, max_tokens, rng):
+  """(ids_a, starts_a, ids_b, starts_b) of the joined segments, the longer
+  side cut at a random end until both fit in `max_tokens`."""
+  ids_a = np.concatenate([s[0] for s in a])
+  ids_b = np.concatenate([s[0] for s in b])
+  start_a = np.concatenate([s[1] for s in a])
+  start_b = np.concatenate([s[1] for s in b])
+  lo_a, hi_a, lo_b, hi_b = 0, len(ids_a), 0, len(ids_b)
+  while (hi_a - lo_a) + (hi_b - lo_b) > max_tokens:
+    if hi_a - lo_a > hi_b - lo_b:
+      if rng.random() < 0.5:
+        lo_a += 1
+      else:
+        hi_a -= 1
+    elif rng.random() < 0.5:
+      lo_b += 1
+    else:
+      hi_b -= 1
+  start_a, start_b = start_a[lo_a:hi_a].copy(), start_b[lo_b:hi_b].copy()
+  start_a[:1] = True        # a cut word still starts its segment's group
+  start_b[:1] = True
+  return ids_a[lo_a:hi_a], start_a, ids_b[lo_b:hi_b], start_b
+
+
+def _whole_word_positions(positions, word_starts, to_predict, np_rng):
+  """Positions to mask, whole words at a time: groups (a word's tokens) are
+  visited in random order and taken while they fit in `to_predict`.
+  positions: [T] the tokens' places in the instance (never [CLS]/[SEP]);
+  word_starts: [T] bool, True where a word (a group) begins."""
+  group = np.cumsum(word_starts) - 1                                  # [T]
+  sizes = np.bincount(group)
+  order = np_rng.permutation(len(sizes))
+  chosen, count = [], 0
+  for g in order.tolist():
+    if count >= to_predict:
+      break
+    if count + sizes[g] <= to_predict:
+      chosen.append(g)
+      count += sizes[g]
+  taken = np.zeros(len(sizes), bool)
+  taken[chosen] = True
+  return positions[taken[group]]
+
+
+def _padded_features(tokens, second_start, masked, labels, is_random, seq,
+                     preds):
+  """The instance's arrays padded to `seq` tokens and `preds` predictions:
+  (input_ids, input_mask, segment_ids, lm_positions, lm_ids, lm_weights,
+  next_sentence_label). Segment B starts at `second_start`."""
+  n = len(tokens)
+  input_ids = np.zeros(seq, np.int64)
+  input_ids[:n] = tokens
+  mask = np.zeros(seq, np.int64)
+  mask[:n] = 1
+  segments = np.zeros(seq, np.int64)
+  segments[second_start:n] = 1
+  lm_positions = np.zeros(preds, np.int64)
+  lm_positions[:len(masked)] = masked
+  lm_ids = np.zeros(preds, np.int64)
+  lm_ids[:len(masked)] = labels
+  lm_weights = np.zeros(preds, np.float32)
+  lm_weights[:len(masked)] = 1.0
+  return (input_ids, mask, segments, lm_positions, lm_ids, lm_weights,
+          np.array([int(is_random)], np.int64))
 
 
 _WORKER = None

@@ -251,9 +251,8 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
     return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
-    fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
-    run_records.write_header(fileio.join(model_dir, "summaries"), config_text,
-                             step=checkpoint_step(resume_from) if resume_from else 0)
+    _record_config(model_dir, config_text,
+                   checkpoint_step(resume_from) if resume_from else 0)
   trainer = trainer_lib.Trainer(
       optimizer=optimizer, total_steps=schedule.total_steps, state=state,
       train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
@@ -276,14 +275,9 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
           eval_before_training and mode == "train_and_eval" and
           resumed_step == 0) else {})
       train_start = time.time()
-      if mode == "train_and_eval":
-        run_loops = lambda: controller.train_and_evaluate(
-            train_steps=schedule.total_steps, eval_steps=eval_steps,
-            eval_interval=schedule.steps_per_epoch)
-      else:
-        run_loops = lambda: controller.train(steps=schedule.total_steps)
       with console.without_orbit_echo():
-        _run_loops(run_loops, model=model, optimizer=optimizer, state=state,
+        _run_loops(_loops(mode, controller, schedule, eval_steps),
+                   model=model, optimizer=optimizer, state=state,
                    model_dir=model_dir,
                    recovery_max_trials=guard["recovery_max_trials"])
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
@@ -302,6 +296,24 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
                            if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,
       selection_metric=task.selection_metric(), provenance=provenance))
+
+
+def _record_config(model_dir, config_text, step):
+  """The parsed gin files and bindings: MODEL_DIR/config.gin, and a header
+  of the run's records in TensorBoard at `step`."""
+  fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
+  run_records.write_header(fileio.join(model_dir, "summaries"), config_text,
+                           step=step)
+
+
+def _loops(mode, controller, schedule, eval_steps):
+  """A function running the controller's training (and evaluation) loops to
+  the schedule's last step."""
+  if mode == "train_and_eval":
+    return lambda: controller.train_and_evaluate(
+        train_steps=schedule.total_steps, eval_steps=eval_steps,
+        eval_interval=schedule.steps_per_epoch)
+  return lambda: controller.train(steps=schedule.total_steps)
 
 
 def _initial_eval(trainer, eval_steps):

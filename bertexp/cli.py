@@ -359,7 +359,6 @@ def _tool_commands(sub, add):
   squad.set_defaults(func=cmd_evaluate_squad)
 
 
-
 def load_tensorflow_quietly():
   """Imports TensorFlow and probes its devices with file descriptor 2
   pointed at a temporary file: its C++ start-up lines (oneDNN notice, CUDA

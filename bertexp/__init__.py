@@ -1,7 +1,7 @@
 """bertexp: config-driven BERT fine-tuning on Orbit.
 
 Public API: `load_encoder(bert_config_file, checkpoint=None)`;
-`Predictor(export_dir)` (see bertexp.predictor).
+`Predictor(export_dir)` (see bertexp.serving.predictor).
 """
 import os
 import platform
@@ -23,11 +23,11 @@ __version__ = "0.1.0"
 
 
 def load_encoder(bert_config_file, checkpoint=None):
-  from bertexp import modeling
+  from bertexp.model import modeling
   return modeling.load_encoder(bert_config_file, checkpoint)
 
 
 def Predictor(export_dir, batch_size=64):  # noqa: N802  (a class to users)
-  """An exported model as a Python object: see bertexp.predictor.Predictor."""
-  from bertexp import predictor
+  """An exported model as a Python object: see bertexp.serving.predictor.Predictor."""
+  from bertexp.serving import predictor
   return predictor.Predictor(export_dir, batch_size=batch_size)

@@ -13,9 +13,9 @@ import traceback
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 
-from bertexp import extras
-from bertexp import stop_signals
 from bertexp.gin_setup import parse_gin
+from bertexp.train import stop_signals
+from bertexp.util import extras
 
 
 class _DropOrbitEcho(logging.Filter):
@@ -27,8 +27,8 @@ class _DropOrbitEcho(logging.Filter):
 
 def cmd_train(args):
   config_text = parse_gin(args.gin_file, args.gin_param)
-  from bertexp import run
-  run.experiment(mode=args.mode, config_text=config_text)
+  from bertexp import experiment
+  experiment.experiment(mode=args.mode, config_text=config_text)
 
 
 def cmd_prepare(args):
@@ -88,13 +88,13 @@ def cmd_prepare(args):
 def _max_positions(bert_config_file):
   if not bert_config_file:
     return None
-  from bertexp import modeling
+  from bertexp.model import modeling
   return modeling.BertConfig.from_json_file(
       bert_config_file).max_position_embeddings
 
 
 def cmd_build_vocab(args):
-  from bertexp import vocab
+  from bertexp.data import vocab
   tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
                              do_lower_case=not args.no_lower_case,
                              chinese=args.chinese)
@@ -103,36 +103,36 @@ def cmd_build_vocab(args):
 
 def cmd_convert(args):
   if args.target == "huggingface":
-    from bertexp import hf_export
-    hf_export.export_huggingface(args.input, args.output,
+    from bertexp.checkpoints import to_huggingface
+    to_huggingface.export_huggingface(args.input, args.output,
                                  bert_config_file=args.bert_config_file,
                                  vocab_file=args.vocab_file)
     return
-  from bertexp import checkpoints
-  convert = {"huggingface": checkpoints.convert_huggingface,
-             "tf1": checkpoints.convert_tf1,
-             "model_garden": checkpoints.convert_model_garden}[args.source]
+  from bertexp.checkpoints import converters
+  convert = {"huggingface": converters.convert_huggingface,
+             "tf1": converters.convert_tf1,
+             "model_garden": converters.convert_model_garden}[args.source]
   convert(args.input, args.output, tolerance=args.tolerance)
 
 
 def cmd_evaluate_squad(args):
   import json
-  from bertexp import fileio
-  from bertexp import squad_metrics
+  from bertexp.tasks import squad_scoring
+  from bertexp.util import fileio
   pred_file = args.pred_file
   if args.best_threshold_output:
     if not (args.nbest_file and args.na_prob_file):
       raise ValueError("--best_threshold_output needs --nbest_file and "
                        "--na_prob_file")
-    threshold, predictions = squad_metrics.rethreshold(
-        squad_metrics.load_json(args.data_file, "dataset"),
+    threshold, predictions = squad_scoring.rethreshold(
+        squad_scoring.load_json(args.data_file, "dataset"),
         fileio.read_json(args.nbest_file),
-        squad_metrics.load_json(args.na_prob_file, "null odds"))
+        squad_scoring.load_json(args.na_prob_file, "null odds"))
     fileio.write_json(args.best_threshold_output, predictions)
     print(f"best-F1 null threshold {threshold:.4f}: wrote "
           f"{args.best_threshold_output}", flush=True)
     pred_file = args.best_threshold_output
-  result = squad_metrics.evaluate_files(args.data_file, pred_file,
+  result = squad_scoring.evaluate_files(args.data_file, pred_file,
                                         args.na_prob_file, args.na_prob_thresh)
   if args.out_file:
     fileio.write_json(args.out_file, result)
@@ -141,11 +141,11 @@ def cmd_evaluate_squad(args):
 
 
 def cmd_sweep(args):
-  from bertexp import sweep
+  from bertexp.sweeps import runner
   if args.parallel < 1 or args.seeds < 1:
     raise ValueError("--parallel and --seeds must be at least 1")
   try:
-    results = sweep.run_sweep(args)
+    results = runner.run_sweep(args)
   except KeyboardInterrupt:
     print("sweep interrupted: rerun the same command to resume (finished "
           "trials are skipped, the others restart from their checkpoints)",
@@ -157,7 +157,7 @@ def cmd_sweep(args):
 
 
 def cmd_results(args):
-  from bertexp import sweep_results
+  from bertexp.sweeps import results as sweep_results
   if not os.path.exists(os.path.join(args.output_dir, "sweep.json")):
     raise FileNotFoundError(f"{args.output_dir}: no sweep.json (not a sweep "
                             "output folder)")

@@ -9,7 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gin  # noqa: E402
 import pytest  # noqa: E402
 
-from bertexp import strategy  # noqa: E402
+from bertexp.train import strategy  # noqa: E402
 
 # Before any test starts TensorFlow: 8 logical CPUs, so tests can build
 # mirrored strategies of up to 8 simulated replicas in this process
@@ -107,7 +107,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   the macro bindings of a run on them."""
   import tensorflow as tf
   import bertexp
-  from bertexp import checkpoints
+  from bertexp.checkpoints import converters
   from bertexp.data import prepare
   gfile = tf.io.gfile
   # Per process: `make test` runs test files in 2 processes.
@@ -121,7 +121,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   gfile.copy(tiny_config, f"{root}/bert_config.json", overwrite=True)
   tf.random.set_seed(0)
   encoder = bertexp.load_encoder(f"{root}/bert_config.json")
-  checkpoints.write_checkpoint_folder(encoder, f"{root}/vocab.txt",
+  converters.write_checkpoint_folder(encoder, f"{root}/vocab.txt",
                                       f"{root}/init")
   prepare.prepare_glue("SST-2", input_dir=glue_dir,
                        vocab_file=f"{root}/vocab.txt",
@@ -164,8 +164,8 @@ def tiny_sst2_task(root, vocab, dropout=0.0):
 def tiny_trainer(task, replicas, make_optimizer, batch, **trainer_kwargs):
   """bertexp's Trainer for `task` on 1 replica or `replicas` mirrored CPU
   replicas, the optimizer built, reading the task's training batches."""
-  from bertexp import strategy as strategy_lib
-  from bertexp import trainer as trainer_lib
+  from bertexp.train import strategy as strategy_lib
+  from bertexp.train import trainer as trainer_lib
   strategy = (strategy_lib.make_strategy("default") if replicas == 1 else
               strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
   with strategy.scope():

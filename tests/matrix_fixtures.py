@@ -18,8 +18,8 @@ import sys
 import tensorflow as tf
 
 import bertexp
-from bertexp import checkpoints
 from bertexp import cli
+from bertexp.checkpoints import converters
 from conftest import NEGATIVE, POSITIVE, REPO, TINY_CONFIG, TINY_VOCAB
 
 # Strategy cells: extra bindings on top of an experiment's own runtime.
@@ -145,7 +145,7 @@ def build_fixtures(root):
   _write(config, json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
                                  attention_probs_dropout_prob=0.0)))
   tf.random.set_seed(0)
-  checkpoints.write_checkpoint_folder(bertexp.load_encoder(config), vocab,
+  converters.write_checkpoint_folder(bertexp.load_encoder(config), vocab,
                                       f"{root}/init")
   _write_glue_folders(root)
   _write_regression(root)

@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from bertexp import encoders
-from bertexp import modeling
-from bertexp import optimization
-from bertexp import strategy as strategy_lib
 from bertexp.data import pipeline
+from bertexp.model import encoders
+from bertexp.model import modeling
+from bertexp.train import optimization
+from bertexp.train import strategy as strategy_lib
 from conftest import TINY_CONFIG
 from conftest import tiny_sst2_task
 from conftest import tiny_trainer

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import bertexp
-from bertexp import checkpoints
 from bertexp import cli
+from bertexp.checkpoints import converters
 from conftest import MINILM_HF, requires_minilm
 
 
@@ -15,7 +15,7 @@ from conftest import MINILM_HF, requires_minilm
 def converted(tmp_path_factory):
   requires_minilm()
   out = str(tmp_path_factory.mktemp("minilm") / "bertexp")
-  report = checkpoints.convert_huggingface(MINILM_HF, out)
+  report = converters.convert_huggingface(MINILM_HF, out)
   return out, report
 
 
@@ -36,7 +36,7 @@ def test_minilm_matches_outputs_hugging_face_computed(converted):
   BertModel produced for MiniLM (tools/make_minilm_golden.py says how):
   no bertexp code or name table was involved in making them."""
   import json
-  from bertexp import tokenization
+  from bertexp.data import tokenization
   out, _ = converted
   golden = json.load(open(GOLDEN))
   encoder = bertexp.load_encoder(os.path.join(out, "bert_config.json"),
@@ -65,7 +65,7 @@ def test_converted_folder_loads(converted):
   encoder = bertexp.load_encoder(os.path.join(out, "bert_config.json"),
                                  os.path.join(out, "bert_model.ckpt"))
   assert encoder.config.hidden_size == 384
-  tensors = checkpoints.read_safetensors(os.path.join(MINILM_HF, "model.safetensors"))
+  tensors = converters.read_safetensors(os.path.join(MINILM_HF, "model.safetensors"))
   np.testing.assert_array_equal(
       encoder.embeddings.word_embeddings.numpy(),
       tensors["embeddings.word_embeddings.weight"])
@@ -102,14 +102,14 @@ def test_extra_tensors_are_listed_with_bert_prefix(tmp_path):
       tensors["bert." + name] = tensors.pop(name)
     tensors["classifier.weight"] = np.zeros([2, 384], np.float32)
   src = _copy_minilm(tmp_path, edit)
-  report = checkpoints.convert_huggingface(src, str(tmp_path / "out"))
+  report = converters.convert_huggingface(src, str(tmp_path / "out"))
   assert report.unmapped_source == ["classifier.weight"]
 
 
 def test_parity_failure_refuses_to_write(tmp_path):
   requires_minilm()
   with pytest.raises(ValueError, match="parity check failed"):
-    checkpoints.convert_huggingface(MINILM_HF, str(tmp_path / "out"),
+    converters.convert_huggingface(MINILM_HF, str(tmp_path / "out"),
                                     tolerance=1e-12)
   assert not (tmp_path / "out").exists()
 
@@ -154,7 +154,7 @@ def _tf1_checkpoint(tmp_path, tiny_vocab):
 
 def test_tf1_checkpoint_round_trip(tmp_path, tiny_vocab):
   folder, values = _tf1_checkpoint(tmp_path, tiny_vocab)
-  report = checkpoints.convert_tf1(folder, str(tmp_path / "out"))
+  report = converters.convert_tf1(folder, str(tmp_path / "out"))
   assert max(report.max_abs_diff.values()) <= 1e-5
   assert "cls/predictions/output_bias" in report.unmapped_source
   assert "bert/pooler/dense/kernel/adam_m" in report.unmapped_source
@@ -205,7 +205,7 @@ def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab,
     if layout == "model_and_encoder":
       objects["encoder"] = source
   tf.train.Checkpoint(**objects).write(str(folder / "bert_model.ckpt"))
-  report = checkpoints.convert_model_garden(str(folder), str(tmp_path / "out"))
+  report = converters.convert_model_garden(str(folder), str(tmp_path / "out"))
   assert max(report.max_abs_diff.values()) <= 1e-5
   if layout == "encoder":
     assert report.unmapped_source == []
@@ -215,7 +215,7 @@ def test_model_garden_checkpoint_matches_the_source_model(tmp_path, tiny_vocab,
         "model/layer_with_weights-1/out_proj/kernel/.ATTRIBUTES/VARIABLE_VALUE"]
   encoder = bertexp.load_encoder(str(tmp_path / "out" / "bert_config.json"),
                                  str(tmp_path / "out"))
-  ids, mask, types = checkpoints.parity_inputs(encoder.config)
+  ids, mask, types = converters.parity_inputs(encoder.config)
   inputs = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
   theirs, ours = source(inputs, training=False), encoder(inputs, training=False)
   real = mask.astype(bool)
@@ -232,5 +232,5 @@ def test_model_garden_checkpoint_without_an_encoder_is_a_clear_error(
   _model_garden_source(folder, tiny_vocab)
   tf.train.Checkpoint(step=tf.Variable(3)).write(str(folder / "bert_model.ckpt"))
   with pytest.raises(ValueError, match="no Model Garden BertEncoder.*'step'"):
-    checkpoints.convert_model_garden(str(folder), str(tmp_path / "out"))
+    converters.convert_model_garden(str(folder), str(tmp_path / "out"))
   assert not (tmp_path / "out").exists()

@@ -62,13 +62,14 @@ def test_injected_tf_config_makes_the_strategy_of_the_manifest():
   script = (
       "import json, sys\n"
       "import tensorflow as tf\n"
-      "from bertexp import cli, run, strategy\n"
+      "from bertexp import cli, experiment\n"
+      "from bertexp.train import strategy\n"
       "args = cli.build_parser().parse_args(json.loads(sys.argv[1]))\n"
       "cli.parse_gin(args.gin_file, args.gin_param)\n"
       "s = strategy.make_strategy()\n"
       "print(json.dumps([isinstance(s, tf.distribute.MultiWorkerMirroredStrategy),\n"
       "                  s.num_replicas_in_sync,\n"
-      "                  run.worker_model_dir(s, 'gs://b/runs/mnli')]))\n")
+      "                  experiment.worker_model_dir(s, 'gs://b/runs/mnli')]))\n")
   workers = []
   for index in range(2):
     config = _operator_tf_config(job, index=index)

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp import stop_signals
+from bertexp.train import stop_signals
 from conftest import REPO, TINY_CONFIG, TINY_VOCAB, prepare_tiny_sst2_run
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")

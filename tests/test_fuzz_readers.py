@@ -9,13 +9,13 @@ import gin
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from bertexp import modeling
-from bertexp import squad_metrics
-from bertexp import tokenization
 from bertexp.data import pretraining
 from bertexp.data import readers
 from bertexp.data import squad
+from bertexp.data import tokenization
 from bertexp.gin_setup import parse_gin
+from bertexp.model import modeling
+from bertexp.tasks import squad_scoring
 from conftest import REPO
 
 FUZZ = settings(max_examples=300, deadline=None, database=None,
@@ -135,7 +135,7 @@ def test_squad_predictions_and_null_odds(dataset, predictions, odds):
   COUNTS["predictions + null odds JSON"] = COUNTS.get(
       "predictions + null odds JSON", 0) + 1
   try:
-    squad_metrics.evaluate_files(data, preds, null_odds)
+    squad_scoring.evaluate_files(data, preds, null_odds)
   except (ValueError, FileNotFoundError) as e:
     assert any(p in str(e) for p in (data, preds, null_odds)), str(e)
 

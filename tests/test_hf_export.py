@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp import modeling
+from bertexp.model import modeling
 from bertexp.tasks import squad
 from conftest import MINILM_HF, TINY_CONFIG, requires_minilm
 

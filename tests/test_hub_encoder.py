@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp import encoders
-from bertexp import modeling
+from bertexp.model import encoders
+from bertexp.model import modeling
 from conftest import TINY_CONFIG
 from conftest import prepare_tiny_sst2_run
 from test_train import _params, _train

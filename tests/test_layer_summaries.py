@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from bertexp import layer_summaries
-from bertexp import optimization
+from bertexp.train import layer_summaries
+from bertexp.train import optimization
 from conftest import tiny_sst2_task
 from conftest import tiny_trainer
 

@@ -1,4 +1,4 @@
-"""The memory plan (bertexp.memory_plan, `--mode=plan`): its parameter count
+"""The memory plan (bertexp.model.memory_plan, `--mode=plan`): its parameter count
 is the real models', its choice for the shipped 16 GB SQuAD file holds, and
 `bertexp train --mode=plan` prints it without training."""
 import gin
@@ -7,11 +7,11 @@ import pytest
 
 from bertexp import cli
 from bertexp import gin_setup
-from bertexp import memory_plan
-from bertexp import modeling
-from bertexp import strategy
+from bertexp.model import memory_plan
+from bertexp.model import modeling
 from bertexp.tasks import pretraining
 from bertexp.tasks import squad
+from bertexp.train import strategy
 from conftest import TINY_CONFIG
 from conftest import prepare_tiny_sst2_run
 

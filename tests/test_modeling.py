@@ -7,15 +7,15 @@ import tensorflow as tf
 import tf_keras
 
 import bertexp
-from bertexp import checkpoints
-from bertexp import modeling
+from bertexp.checkpoints import converters
+from bertexp.model import modeling
 from conftest import TINY_CONFIG
 
 
 def _hf_tensors_from(encoder):
   """The encoder's weights under HF names (inverse of the converter map)."""
   tensors = {}
-  for variable, name, transform in checkpoints.hf_assignments(encoder, {}):
+  for variable, name, transform in converters.hf_assignments(encoder, {}):
     value = variable.numpy()
     tensors[name] = np.transpose(value) if transform is not None else value
   return tensors
@@ -26,7 +26,7 @@ def test_forward_matches_numpy_reference(act):
   config = modeling.BertConfig.from_dict(dict(TINY_CONFIG, hidden_act=act))
   tf.random.set_seed(1)
   encoder = modeling.BertEncoder(config).build_variables()
-  diffs = checkpoints.parity(encoder, lambda *x: checkpoints.numpy_forward(
+  diffs = converters.parity(encoder, lambda *x: converters.numpy_forward(
       _hf_tensors_from(encoder), config, *x))
   assert max(diffs.values()) < 1e-5, diffs
 
@@ -181,7 +181,7 @@ def test_config_errors(tmp_path):
 
 def test_load_encoder_round_trip(tmp_path, tiny_config, tiny_vocab):
   encoder = bertexp.load_encoder(tiny_config)
-  checkpoints.write_checkpoint_folder(encoder, tiny_vocab, str(tmp_path / "ck"))
+  converters.write_checkpoint_folder(encoder, tiny_vocab, str(tmp_path / "ck"))
   loaded = bertexp.load_encoder(str(tmp_path / "ck" / "bert_config.json"),
                                 str(tmp_path / "ck"))
   inputs = modeling.dummy_inputs(2, 5)

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from bertexp import optimization
-from bertexp import run
+from bertexp import experiment
+from bertexp.train import optimization
 
 
 def test_schedule_at_chosen_steps():
@@ -24,15 +24,15 @@ def test_schedule_at_chosen_steps():
 
 def test_derive_schedule_as_run_classifier():
   # MRPC: 3668 examples, batch 32, 3 epochs.
-  s = run.derive_schedule(3668, 32, 3)
+  s = experiment.derive_schedule(3668, 32, 3)
   assert (s.steps_per_epoch, s.total_steps, s.warmup_steps) == (114, 342, 34)
   # num_eval_per_epoch=2: "epochs" double, each covers half the data.
-  s = run.derive_schedule(3668, 32, 3, num_eval_per_epoch=2)
+  s = experiment.derive_schedule(3668, 32, 3, num_eval_per_epoch=2)
   assert (s.steps_per_epoch, s.total_steps, s.warmup_steps) == (57, 342, 34)
-  s = run.derive_schedule(3668, 32, 3, train_steps=10)
+  s = experiment.derive_schedule(3668, 32, 3, train_steps=10)
   assert (s.total_steps, s.warmup_steps) == (10, 1)
   with pytest.raises(ValueError, match="smaller than one batch"):
-    run.derive_schedule(10, 32, 3)
+    experiment.derive_schedule(10, 32, 3)
 
 
 def _one_step(optimizer):
@@ -89,7 +89,7 @@ def _adamw_steps(optimizer, strategy, steps=4):
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_fused_adamw_equals_keras_adamw(replicas):
-  from bertexp import strategy as strategy_lib
+  from bertexp.train import strategy as strategy_lib
   one = strategy_lib.make_strategy("default")
   make = lambda cls: cls(
       learning_rate=optimization.WarmupPolynomialDecay(0.05, 100, 0),

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp import vocab as vocab_lib
 from bertexp.data import pretraining
 from bertexp.data import records
+from bertexp.data import vocab as vocab_lib
 
 WORDS = ["the", "movie", "film", "plot", "actor", "story", "music", "scene",
          "good", "bad", "great", "dull", "fun", "long", "short", "runs",

@@ -80,7 +80,7 @@ def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_con
 def test_mlm_head_reads_the_masked_positions():
   """Logits at P positions come from those positions' hidden states."""
   from conftest import TINY_CONFIG
-  from bertexp import modeling
+  from bertexp.model import modeling
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
   model = pretraining_task.PretrainingModel(
       modeling.BertEncoder(config, name="encoder"), seed=1).build_variables(3)
@@ -156,7 +156,7 @@ def test_mlm_loss_averages_over_the_masked_tokens_of_the_global_batch(tmp_path):
   """3 predictions in one example, 1 in another: the MLM loss is the mean
   over the 4 tokens (google-research/bert, Model Garden), not the mean of
   the two examples' means; split over 2 replicas, the shares add up to it."""
-  from bertexp import trainer as trainer_lib
+  from bertexp.train import trainer as trainer_lib
   meta = tmp_path / "meta"
   meta.write_text(json.dumps({"task": "pretraining", "max_seq_length": 8,
                               "max_predictions_per_seq": 4}))

@@ -7,9 +7,9 @@ import json
 import os
 import sys
 
-from bertexp import checkpoints
 from bertexp import cli
-from bertexp import strategy
+from bertexp.checkpoints import converters
+from bertexp.train import strategy
 from conftest import MINILM_HF, REPO, requires_minilm
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -18,7 +18,7 @@ import demo_data  # noqa: E402
 
 def test_minilm_learns_movie_sentiment(tmp_path):
   requires_minilm()
-  checkpoints.convert_huggingface(MINILM_HF, str(tmp_path / "minilm"))
+  converters.convert_huggingface(MINILM_HF, str(tmp_path / "minilm"))
   rows = demo_data.read_movie_reviews()
   assert len(rows) == 10605
   demo_data.movie_tsv(str(tmp_path / "tsv"), heldout=300, seed=7)

@@ -1,4 +1,4 @@
-"""serve_text's in-graph answer recovery (bertexp.span_serving) on hand-made
+"""serve_text's in-graph answer recovery (bertexp.tasks.squad_serving) on hand-made
 logits: spans cut from the original text the way get_final_text cuts them."""
 import os
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertexp import span_serving
-from bertexp import tokenization
+from bertexp.data import tokenization
+from bertexp.tasks import squad_serving
 from conftest import MINILM_HF, requires_minilm
 
 SPEC = {"max_seq_length": 64, "max_query_length": 16, "n_best_size": 20,
@@ -46,7 +46,7 @@ def tokenizer():
 def test_answer_text_from_original_context(tokenizer, context, start, end,
                                            expected):
   model = _PeakAt(tokenizer.token_to_id[start], tokenizer.token_to_id[end])
-  out = span_serving.answer(tokenizer, model, SPEC, tf.constant(["who?"]),
+  out = squad_serving.answer(tokenizer, model, SPEC, tf.constant(["who?"]),
                             tf.constant([context]))
   assert out["answer"].numpy()[0].decode() == expected
   assert out["score"].numpy()[0] == pytest.approx(20.0)
@@ -57,7 +57,7 @@ def test_spans_never_leave_the_context_and_respect_the_length(tokenizer):
   # The peaks sit in the question; the only context candidates are zeros.
   ids = tokenizer.token_to_id
   model = _PeakAt(ids["who"], ids["who"])
-  out = span_serving.answer(tokenizer, model, dict(SPEC, max_answer_length=1),
+  out = squad_serving.answer(tokenizer, model, dict(SPEC, max_answer_length=1),
                             tf.constant(["who"]), tf.constant(["a b c"]))
   assert out["answer"].numpy()[0].decode() in {"a", "b", "c"}
   assert out["score"].numpy()[0] == pytest.approx(0.0)
@@ -68,7 +68,7 @@ def test_v2_null_answer_and_truncation(tokenizer):
   spec = dict(SPEC, version_2_with_negative=True, max_seq_length=12)
   long_context = "Steve Smith " + "word " * 30
   for null, expected in ((100.0, ""), (-100.0, "Steve Smith")):
-    out = span_serving.answer(tokenizer, _PeakAt(ids["steve"], ids["smith"], null),
+    out = squad_serving.answer(tokenizer, _PeakAt(ids["steve"], ids["smith"], null),
                               spec, tf.constant(["who?"]),
                               tf.constant([long_context]))
     assert out["answer"].numpy()[0].decode() == expected

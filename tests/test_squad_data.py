@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from bertexp import tokenization
 from bertexp.data import squad
+from bertexp.data import tokenization
 from conftest import MINILM_HF, REPO, requires_minilm
 
 DEV = os.path.join(REPO, ".cache", "squad", "dev-v1.1.json")

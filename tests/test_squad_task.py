@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import bertexp
-from bertexp import checkpoints
 from bertexp import cli
+from bertexp.checkpoints import converters
 from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
@@ -43,7 +43,7 @@ def test_squad_train_eval_predict(tmp_path):
   # comparison below needs a model that predicts varied spans).
   tf.random.set_seed(0)
   encoder = bertexp.load_encoder(str(config))
-  checkpoints.write_checkpoint_folder(encoder, vocab, str(tmp_path / "init"))
+  converters.write_checkpoint_folder(encoder, vocab, str(tmp_path / "init"))
   assert cli.main(["prepare", "squad", f"--squad_file={tmp_path}/train_subset.json",
                    f"--vocab_file={vocab}", f"--output_dir={tmp_path}/data",
                    "--max_seq_length=128", "--doc_stride=64",

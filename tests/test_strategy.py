@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from bertexp import strategy
+from bertexp.train import strategy
 
 
 def test_tpu_without_address_fails_first():
@@ -80,7 +80,7 @@ def test_importing_bertexp_turns_onednn_on_unless_the_user_chose():
   """TensorFlow leaves oneDNN off on x86 CPUs without AVX-512 VNNI/bfloat16
   or AMX; bertexp asks for it on every x86-64 CPU, and keeps the user's
   TF_ENABLE_ONEDNN_OPTS=0."""
-  code = ("import bertexp; from bertexp import strategy; "
+  code = ("import bertexp; from bertexp.train import strategy; "
           "print(strategy.onednn_state())")
   runs = {}
   for setting in (None, "0", "1"):

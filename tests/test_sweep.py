@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp import grids
-from bertexp import strategy as strategy_lib
-from bertexp import sweep
+from bertexp.sweeps import grids
+from bertexp.sweeps import runner
+from bertexp.train import strategy as strategy_lib
 from conftest import REPO, prepare_tiny_sst2_run
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
@@ -28,7 +28,7 @@ def test_named_grids_and_seeds():
              for g in table1)
   small = grids.load_grid("small_bert")
   assert len(small) == 20 and {g["NUM_TRAIN_EPOCHS"] for g in small} == {4}
-  trials = sweep.expand(a3, seeds=5)
+  trials = runner.expand(a3, seeds=5)
   assert len(trials) == 90 and len({t.name for t in trials}) == 90
   assert trials[0].name == "bs16_lr5e-05_ep2_seed1"
   assert [t.bindings["SEED"] for t in trials[:5]] == [1, 2, 3, 4, 5]
@@ -37,7 +37,7 @@ def test_named_grids_and_seeds():
 def test_user_grid_file_with_ml_collections(tmp_path):
   path = tmp_path / "grid.py"
   path.write_text(
-      "from bertexp.grids import cross, product, zip_axes\n"
+      "from bertexp.sweeps.grids import cross, product, zip_axes\n"
       "def grid():\n"
       "  return cross(zip_axes(LEARNING_RATE=[1e-4, 5e-5], TRAIN_BATCH_SIZE=[8, 16]),\n"
       "               product(NUM_TRAIN_EPOCHS=[1, 2]))\n")
@@ -68,7 +68,7 @@ def test_bad_grids_are_clear_errors(tmp_path, body, message):
 def sweep_setup(tmp_path, tiny_vocab, tiny_config):
   paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
   grid = tmp_path / "grid.py"
-  grid.write_text("from bertexp.grids import product\n"
+  grid.write_text("from bertexp.sweeps.grids import product\n"
                   "def grid():\n"
                   "  return product(LEARNING_RATE=[1e-3, 1e-4])\n")
   params = [f'--gin_param={k}="{v}"' for k, v in paths.items()

@@ -4,7 +4,7 @@ import pytest
 
 import reference_tokenizer
 from conftest import MINILM_HF, requires_minilm
-from bertexp import tokenization
+from bertexp.data import tokenization
 
 ENGLISH = ["Hello, World! The unaffable movie wasn't worth $12.50...",
            "  multiple   spaces\tand\ttabs\nnewline ", "A-B c/d (e) [f] {g}",

@@ -320,7 +320,7 @@ def test_export_tflite_float_and_int8(tmp_path, tiny_vocab, capsys):
 
 def test_orbit_echo_filter_keeps_every_other_line():
   import io
-  from bertexp import console
+  from bertexp.train import console
   out = io.StringIO()
   stream = console.OrbitEchoFilter(out)
   stream.write("ours 1\ntrain | step:     50 | steps/sec:    1.0 | output: \n"

@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from bertexp import modeling  # noqa: E402
+from bertexp.model import modeling  # noqa: E402
 import machine  # noqa: E402  (tools/)
 
 SHAPES = {
@@ -119,9 +119,9 @@ def _trainer_window(layers, hidden, heads, inner, seq, batch, steps):
   compiled loop, as `bertexp train` runs them) on one in-memory batch."""
   import dataclasses
   import memory_probe
-  from bertexp import optimization
-  from bertexp import strategy as strategy_lib
-  from bertexp import trainer as trainer_lib
+  from bertexp.train import optimization
+  from bertexp.train import strategy as strategy_lib
+  from bertexp.train import trainer as trainer_lib
   config = _bertexp_encoder(layers, hidden, heads, inner).config
   task = memory_probe.classification_task(
       tempfile.mkdtemp(), dataclasses.asdict(config), seq)
@@ -175,7 +175,7 @@ def bench_optimizer(shape, windows, steps_per_window=5):
   """ms per AdamW update of an encoder's variables (the word embedding's
   gradient dense, as the Trainer gives it on several replicas): Keras'
   AdamW against bertexp's (one fused kernel per variable), alternating."""
-  from bertexp import optimization
+  from bertexp.train import optimization
   layers, hidden, heads, inner, _, _ = SHAPES[shape]
   encoder = _bertexp_encoder(layers, hidden, heads, inner)
   encoder(_make_inputs(8, 1))
@@ -305,10 +305,10 @@ def bench_pretraining(vocab_file, megabytes):
 def bench_squad(vocab_file, dev_file):
   """Full dev-v1.1: windowing (384/128/64) and post-processing + scoring of
   given logits (random here: the work does not depend on their values)."""
-  from bertexp import squad_answers
-  from bertexp import squad_metrics
-  from bertexp import tokenization
   from bertexp.data import squad
+  from bertexp.data import tokenization
+  from bertexp.tasks import squad_answers
+  from bertexp.tasks import squad_scoring
   start = time.perf_counter()
   examples, _ = squad.read_examples(dev_file, is_training=False,
                                     version_2_with_negative=False)
@@ -318,7 +318,7 @@ def bench_squad(vocab_file, dev_file):
                                     is_training=False)
   prepare_seconds = time.perf_counter() - start
   rng = np.random.RandomState(0)
-  dataset = squad_metrics.load_json(dev_file, "dataset")
+  dataset = squad_scoring.load_json(dev_file, "dataset")
   # Two kinds of given logits: pure noise (a worst case: long spans, many
   # distinct texts) and model-like (noise plus a clear short span per window).
   noise = {f.unique_id: (rng.randn(384).astype(np.float32),
@@ -338,14 +338,14 @@ def bench_squad(vocab_file, dev_file):
                                                       tokenizer.vocab)
     post_seconds = time.perf_counter() - begin
     begin = time.perf_counter()
-    squad_metrics.evaluate_v1(dataset, predictions)
+    squad_scoring.evaluate_v1(dataset, predictions)
     eval_seconds = time.perf_counter() - begin
     print(f"squad dev-v1.1 ({name} logits): {len(examples)} questions -> "
           f"{len(features)} windows in {prepare_seconds:.1f} s (target <= 6 s); "
           f"post-processing {post_seconds:.1f} s + evaluation "
           f"{eval_seconds:.1f} s = {post_seconds + eval_seconds:.1f} s "
           "(target <= 4 s)", flush=True)
-    squad_metrics.normalize_answer.cache_clear()   # each kind starts cold
+    squad_scoring.normalize_answer.cache_clear()   # each kind starts cold
     squad_answers.final_text.cache_clear()
 
 

@@ -6,7 +6,7 @@ activation recompute saves and costs.
 Each configuration trains in a fresh process (tools/memory_probe.py: real
 Trainer, AdamW, dropout on, full-length sequences) with recompute off and
 on; its peak resident memory (ru_maxrss) is compared with the plan
-(bertexp.memory_plan.estimate plus the runtime the process held before the
+(bertexp.model.memory_plan.estimate plus the runtime the process held before the
 model existed, measured in that process). Then the README table: the
 largest micro-batch the plan allows for BERT-Base and BERT-Large on GPUs of
 12, 16 and 32 GB and a TPU v3 core (float32 GPUs, bfloat16 TPU), next to
@@ -21,8 +21,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bertexp import memory_plan  # noqa: E402
-from bertexp import modeling  # noqa: E402
+from bertexp.model import memory_plan  # noqa: E402
+from bertexp.model import modeling  # noqa: E402
 
 MODELS = {  # name: (layers, hidden, heads, intermediate)
     "tiny": (2, 128, 2, 512),

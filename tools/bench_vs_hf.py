@@ -7,7 +7,7 @@ classification on the demo's real movie-review sentences (seq 48, batch 32,
 the batches bertexp's training order gives, the same token ids on both
 sides), with AdamW + linear warmup/decay + clipping to norm 1.0, 2 threads.
 The input pipeline alone is timed first (it must not be the bottleneck).
-bertexp: its real Trainer (`bertexp.trainer.Trainer`, one compiled loop of
+bertexp: its real Trainer (`bertexp.train.trainer.Trainer`, one compiled loop of
 --steps steps, as `bertexp train` runs it). Hugging Face:
 tools/hf_reference.py in the venv .cache/bench_hf (torch and transformers
 pinned in the Makefile). Each row is measured --rounds times, the two sides
@@ -39,12 +39,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from bertexp import modeling  # noqa: E402
-from bertexp import optimization  # noqa: E402
-from bertexp import strategy as strategy_lib  # noqa: E402
-from bertexp import trainer as trainer_lib  # noqa: E402
 from bertexp.data import pipeline  # noqa: E402
+from bertexp.model import modeling  # noqa: E402
 from bertexp.tasks import classification  # noqa: E402
+from bertexp.train import optimization  # noqa: E402
+from bertexp.train import strategy as strategy_lib  # noqa: E402
+from bertexp.train import trainer as trainer_lib  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machine  # noqa: E402  (tools/)
 

@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bertexp import strategy  # noqa: E402
+from bertexp.train import strategy  # noqa: E402
 
 
 def cpu_model(cpuinfo="/proc/cpuinfo"):

@@ -69,11 +69,11 @@ def _dataset(args):
 def probe(args):
   import tensorflow as tf
   import tf_keras
-  from bertexp import optimization
-  from bertexp import strategy as strategy_lib
-  from bertexp import trainer as trainer_lib
+  from bertexp.train import optimization
+  from bertexp.train import strategy as strategy_lib
+  from bertexp.train import trainer as trainer_lib
   import gin
-  from bertexp import encoders  # noqa: F401  (registers build_encoder)
+  from bertexp.model import encoders  # noqa: F401  (registers build_encoder)
   tf.config.threading.set_intra_op_parallelism_threads(args.threads)
   tf.config.threading.set_inter_op_parallelism_threads(args.threads)
   if args.precision != "float32":

@@ -35,10 +35,10 @@ import bertexp  # noqa: E402,F401  (before TensorFlow: legacy Keras, oneDNN)
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from bertexp import modeling  # noqa: E402
-from bertexp import optimization  # noqa: E402
-from bertexp import strategy as strategy_lib  # noqa: E402
-from bertexp import trainer as trainer_lib  # noqa: E402
+from bertexp.model import modeling  # noqa: E402
+from bertexp.train import optimization  # noqa: E402
+from bertexp.train import strategy as strategy_lib  # noqa: E402
+from bertexp.train import trainer as trainer_lib  # noqa: E402
 import machine  # noqa: E402  (tools/)
 import memory_probe  # noqa: E402  (tools/)
 

@@ -26,7 +26,7 @@ import os
 
 import tensorflow as tf
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 _NO_END = 2 ** 62
 

@@ -12,10 +12,10 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from bertexp import fileio
-from bertexp import tokenization
 from bertexp.data import readers
 from bertexp.data import records
+from bertexp.data import tokenization
+from bertexp.util import fileio
 
 _BATCH = 20000
 

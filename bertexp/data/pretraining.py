@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from bertexp import extras
-from bertexp import fileio
+from bertexp.util import extras
+from bertexp.util import fileio
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
             "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
@@ -110,7 +110,7 @@ class _Worker:
   """Tokenizer + vocab tables, built once per process."""
 
   def __init__(self, options):
-    from bertexp import tokenization
+    from bertexp.data import tokenization
     self.options = options
     self.tokenizer = tokenization.Tokenizer(options.vocab_file,
                                             options.do_lower_case)

@@ -9,7 +9,7 @@ import io
 import json
 from typing import List, Optional
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 csv.field_size_limit(1 << 30)
 

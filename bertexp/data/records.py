@@ -11,7 +11,7 @@ Wire format used (proto3 field numbers of example.proto):
 import numpy as np
 import tensorflow as tf
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 _LEN = 2  # wire type "length-delimited"
 

@@ -13,8 +13,8 @@ import dataclasses
 import logging
 from typing import Dict, List
 
-from bertexp import fileio
-from bertexp import squad_metrics
+from bertexp.tasks import squad_scoring
+from bertexp.util import fileio
 
 
 def _is_whitespace(ch):
@@ -65,7 +65,7 @@ def _paragraphs(path, dataset):
   """Yields (a, p, paragraph) of a SQuAD dataset, checking its structure."""
   if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
     raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
-  objects = squad_metrics.json_objects
+  objects = squad_scoring.json_objects
   for a, article in enumerate(objects(dataset["data"], f"{path}: data")):
     paragraphs = objects(article.get("paragraphs", []),
                          f"{path}: data[{a}].paragraphs")
@@ -123,7 +123,7 @@ def _locate_answer(example, qa, char_to_word, context, where):
   if not answers:
     raise ValueError(f"{where}: a training question needs one answer "
                      "(or is_impossible true)")
-  answer = squad_metrics.json_objects(answers, f"{where}.answers")[0]
+  answer = squad_scoring.json_objects(answers, f"{where}.answers")[0]
   if not isinstance(answer.get("text"), str) or "answer_start" not in answer:
     raise ValueError(f"{where}.answers[0]: needs a 'text' string and "
                      "'answer_start'")
@@ -306,7 +306,7 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
                   max_seq_length=384, doc_stride=128, max_query_length=64,
                   do_lower_case=True, is_training=True):
   """`bertexp prepare squad`: squad_{version}_{split}.tf_record + meta data."""
-  from bertexp import tokenization
+  from bertexp.data import tokenization
   version = "v2.0" if version_2_with_negative else "v1.1"
   split = "train" if is_training else "eval"
   examples, stats = read_examples(squad_file, is_training=is_training,

@@ -103,7 +103,7 @@ class Task(abc.ABC):
     return 0
 
   def model_shape(self):
-    """(BertConfig, max_seq_length, bertexp.memory_plan.Head): what the
+    """(BertConfig, max_seq_length, bertexp.model.memory_plan.Head): what the
     memory plan of --mode=plan needs, read without building the model."""
     raise NotImplementedError
 

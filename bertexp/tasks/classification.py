@@ -6,14 +6,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bertexp import encoders
-from bertexp import fileio
-from bertexp import metrics
-from bertexp import memory_plan
-from bertexp import modeling
 from bertexp.data import pipeline
 from bertexp.data import prepare
+from bertexp.model import encoders
+from bertexp.model import memory_plan
+from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.tasks import glue_metrics
+from bertexp.util import fileio
 
 # GLUE submission file names (the benchmark's upload layout).
 SUBMISSION_FILES = {
@@ -85,7 +85,7 @@ class ClassificationTask(base.Task):
     self.num_labels = self.meta["num_labels"]
     self.is_regression = self.num_labels == 1
     default = (("spearman", "pearson") if self.is_regression else
-               metrics.TASK_METRICS.get(self.meta.get("task"), ("accuracy",)))
+               glue_metrics.TASK_METRICS.get(self.meta.get("task"), ("accuracy",)))
     self.metric_names = tuple(metric_names or default)
 
   # -- model ---------------------------------------------------------------
@@ -190,9 +190,9 @@ class ClassificationTask(base.Task):
     if self.is_regression:
       names = self.metric_names + tuple(
           n for n in ("mse",) if n not in self.metric_names)
-      result.update(metrics.regression_metrics(names, labels, outputs[:, 0]))
+      result.update(glue_metrics.regression_metrics(names, labels, outputs[:, 0]))
     else:
-      result.update(metrics.classification_metrics(self.metric_names, labels,
+      result.update(glue_metrics.classification_metrics(self.metric_names, labels,
                                                    outputs))
     return result
 

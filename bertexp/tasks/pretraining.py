@@ -20,13 +20,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bertexp import checkpoints
-from bertexp import encoders
-from bertexp import fileio
-from bertexp import memory_plan
-from bertexp import modeling
+from bertexp.checkpoints import converters
 from bertexp.data import pipeline
+from bertexp.model import encoders
+from bertexp.model import memory_plan
+from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.util import fileio
 
 
 class PretrainingModel(tf_keras.Model):
@@ -256,7 +256,7 @@ class PretrainingTask(base.Task):
 
   def after_training(self, model, model_dir):
     folder = fileio.join(model_dir, "encoder")
-    checkpoints.write_checkpoint_folder(model.encoder, self.meta["vocab_file"],
+    converters.write_checkpoint_folder(model.encoder, self.meta["vocab_file"],
                                         folder)
     logging.info("pretrained encoder for fine-tuning: INIT_CHECKPOINT=%s",
                  fileio.join(folder, "bert_model.ckpt"))

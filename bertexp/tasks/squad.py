@@ -2,7 +2,7 @@
 
 Training reads `bertexp prepare squad` TFRecords. Evaluation and prediction
 read the dev/test JSON itself (`PREDICT_FILE`), windowed in memory the same
-way, and score with the official rules (bertexp.squad_metrics).
+way, and score with the official rules (bertexp.tasks.squad_scoring).
 """
 import logging
 
@@ -11,16 +11,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bertexp import encoders
-from bertexp import fileio
-from bertexp import memory_plan
-from bertexp import modeling
-from bertexp import squad_answers
-from bertexp import squad_metrics
-from bertexp import tokenization
 from bertexp.data import pipeline
 from bertexp.data import squad as squad_data
+from bertexp.data import tokenization
+from bertexp.model import encoders
+from bertexp.model import memory_plan
+from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.tasks import squad_answers
+from bertexp.tasks import squad_scoring
+from bertexp.util import fileio
 
 
 class SpanModel(tf_keras.Model):
@@ -166,7 +166,7 @@ class QuestionAnsweringTask(base.Task):
     return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
 
   def text_serving(self):
-    """serve_text: (question, context) -> answer, as bertexp.span_serving."""
+    """serve_text: (question, context) -> answer, as bertexp.tasks.squad_serving."""
     return {"kind": "span", "vocab_file": self.vocab_file,
             "do_lower_case": self.meta.get("do_lower_case", True),
             "max_seq_length": self.meta["max_seq_length"],
@@ -204,10 +204,10 @@ class QuestionAnsweringTask(base.Task):
 
   def finalize_eval(self, gathered):
     predictions, _, null_odds = self._answers(gathered)
-    dataset = squad_metrics.load_json(self.predict_file, "dataset")
+    dataset = squad_scoring.load_json(self.predict_file, "dataset")
     if self.version_2_with_negative:
-      return squad_metrics.evaluate_v2(dataset, predictions, null_odds)
-    return squad_metrics.evaluate_v1(dataset, predictions)
+      return squad_scoring.evaluate_v2(dataset, predictions, null_odds)
+    return squad_scoring.evaluate_v1(dataset, predictions)
 
   def selection_metric(self):
     return "f1"

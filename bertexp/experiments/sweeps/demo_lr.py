@@ -1,6 +1,6 @@
 """`make demo-sweep`: two learning rates for the movie-sentiment demo (crossed
 with --seeds by `bertexp sweep`). A grid file defines grid() -> binding sets."""
-from bertexp.grids import product
+from bertexp.sweeps.grids import product
 
 
 def grid():

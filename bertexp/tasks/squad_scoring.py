@@ -184,7 +184,7 @@ def _check_dataset(path, value):
 
 
 def load_json(path, what):
-  from bertexp import fileio
+  from bertexp.util import fileio
   value = fileio.read_json(path)
   if what == "dataset":
     _check_dataset(path, value)

@@ -3,7 +3,7 @@
 Orbit ships only inside tf-models-official, whose pins would downgrade
 TensorFlow, hence the --no-deps install.
 """
-from bertexp import extras
+from bertexp.util import extras
 
 orbit = extras.require(
     "orbit", "pip install --no-deps tf-models-official==2.20.0",

@@ -5,7 +5,7 @@ Named grids are the BERT paper's; a user grid is a Python file defining
 `grid()` that returns a list of ConfigDicts or dicts, typically made with
 `product` and `zip_axes` below, e.g.
 
-    from bertexp.grids import product
+    from bertexp.sweeps.grids import product
     def grid():
       return product(LEARNING_RATE=[5e-5, 3e-5], NUM_TRAIN_EPOCHS=[2, 3])
 """

@@ -1,4 +1,4 @@
-"""Training a model for `bertexp.run.experiment`: optimizer, verified
+"""Training a model for `bertexp.experiment.experiment`: optimizer, verified
 checkpoints, the start (resume, INIT_CHECKPOINT, random), the orbit
 Controller loop with roll-backs after divergence, stop on signals, lost
 multi-worker peers, best checkpoint, and the Training Summary."""
@@ -10,17 +10,17 @@ import gin
 import tensorflow as tf
 import tf_keras
 
-from bertexp import console
-from bertexp import encoders
-from bertexp import fileio
-from bertexp import optimization
-from bertexp import orbit_import
-from bertexp import run_records
-from bertexp import safe_checkpoints
-from bertexp import stop_signals
-from bertexp import trainer as trainer_lib
+from bertexp.checkpoints import verified
 from bertexp.data import order as order_lib
 from bertexp.data import pipeline
+from bertexp.model import encoders
+from bertexp.train import console
+from bertexp.train import optimization
+from bertexp.train import run_records
+from bertexp.train import stop_signals
+from bertexp.train import trainer as trainer_lib
+from bertexp.util import fileio
+from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
 
@@ -136,8 +136,8 @@ def _roll_back(model, optimizer, state, model_dir, trial, error):
   intact checkpoint (the newest on the first trial, one older on each
   further trial); the data position is kept, so training continues past the
   batches that failed."""
-  candidates = safe_checkpoints.numbered_checkpoints(model_dir)[trial - 1:]
-  path = (safe_checkpoints.latest_intact_checkpoint(
+  candidates = verified.numbered_checkpoints(model_dir)[trial - 1:]
+  path = (verified.latest_intact_checkpoint(
       model_dir, intact_only_from=candidates) if candidates else None)
   if path is None:
     raise ValueError(f"training diverged ({error}) and {model_dir} has no "
@@ -242,7 +242,7 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   task.check_training_data()
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
-  resume_from = safe_checkpoints.prepare_model_dir(model_dir)
+  resume_from = verified.prepare_model_dir(model_dir)
   manager = _checkpoint_manager(
       model, optimizer, state, model_dir, max_checkpoints,
       checkpoint_interval_steps or schedule.steps_per_epoch)
@@ -330,7 +330,7 @@ def _checkpoint_manager(model, optimizer, state, model_dir, max_checkpoints,
   the input position), saving every `interval` steps."""
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
                                    input=state)
-  return safe_checkpoints.VerifiedCheckpointManager(
+  return verified.VerifiedCheckpointManager(
       checkpoint, model_dir, max_to_keep=max_checkpoints,
       checked_variables=model.variables + list(optimizer.variables),
       hold_periodic_saves=lambda: int(state.consecutive_bad_steps.numpy()) > 0,

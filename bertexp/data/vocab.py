@@ -13,9 +13,9 @@ import tensorflow as tf
 from tensorflow_text.python.ops import bert_tokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from bertexp import fileio
-from bertexp import tokenization
 from bertexp.data import pipeline
+from bertexp.data import tokenization
+from bertexp.util import fileio
 
 
 def _is_cjk_piece(token):

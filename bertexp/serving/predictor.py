@@ -10,7 +10,7 @@ the graph, as `bertexp prepare` does), in batches of `batch_size`.
 """
 import tensorflow as tf
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 
 def _resolve_export_dir(path):

@@ -22,9 +22,9 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from bertexp import fileio
-from bertexp import modeling
-from bertexp import safe_checkpoints
+from bertexp.checkpoints import verified
+from bertexp.model import modeling
+from bertexp.util import fileio
 
 # bertexp's Transformer-block attributes -> Hugging Face module names.
 _BLOCK = {"query": "attention.self.query", "key": "attention.self.key",
@@ -48,7 +48,7 @@ def _checkpoint_prefix(path):
     return path, None
   if tf.io.gfile.exists(fileio.join(path, "bert_model.ckpt.index")):
     return fileio.join(path, "bert_model.ckpt"), None
-  latest = safe_checkpoints.latest_intact_checkpoint(path)
+  latest = verified.latest_intact_checkpoint(path)
   if latest is None:
     raise FileNotFoundError(f"{path}: no bertexp checkpoint (a MODEL_DIR, a "
                             "checkpoint prefix or an encoder folder)")

@@ -14,7 +14,7 @@ import logging
 import os
 import statistics
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 
 def collect(output_dir):

@@ -19,7 +19,7 @@ import zlib
 
 import tensorflow as tf
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 _NUMBERED = re.compile(r"ckpt-(\d+)\.index$")
 

@@ -5,7 +5,7 @@ trial.gin run in its own process; resumable; results table and plot.
     OUTPUT_DIR/<trial>/trial.gin     reruns the trial alone
     OUTPUT_DIR/<trial>/trial_result.json   status (done / failed + error)
     OUTPUT_DIR/<trial>/log.txt       the trial process's output
-    OUTPUT_DIR/results.{csv,md,png}  see bertexp.sweep_results
+    OUTPUT_DIR/results.{csv,md,png}  see bertexp.sweeps.results
 """
 import concurrent.futures
 import dataclasses
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import threading
 
-from bertexp import fileio
 from bertexp import gin_setup
-from bertexp import grids
+from bertexp.sweeps import grids
+from bertexp.util import fileio
 
 _ABBREVIATIONS = {"TRAIN_BATCH_SIZE": "bs", "LEARNING_RATE": "lr",
                   "NUM_TRAIN_EPOCHS": "ep", "SEED": "seed"}
@@ -163,14 +163,14 @@ def _check_same_sweep(path, definition):
 
 def plan(trials, gin_files, gin_params, output_dir):
   """The schedule of every trial (parsed in this process, nothing trained)."""
-  from bertexp import run
+  from bertexp import experiment
   rows = []
   for trial in trials:
     params = list(gin_params) + [f"{k}={_gin_literal(v)}"
                                  for k, v in trial.bindings.items()]
     params.append(f"MODEL_DIR={_gin_literal(os.path.join(output_dir, trial.name))}")
     gin_setup.parse_gin(gin_files, params)
-    rows.append(dict(run.experiment(mode="plan"), trial=trial.name))
+    rows.append(dict(experiment.experiment(mode="plan"), trial=trial.name))
   return rows
 
 
@@ -216,6 +216,6 @@ def run_sweep(args):
     raise
   finally:
     pool.shutdown(wait=True, cancel_futures=True)
-  from bertexp import sweep_results
+  from bertexp.sweeps import results as sweep_results
   sweep_results.write(args.output_dir)
   return results

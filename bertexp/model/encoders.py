@@ -12,7 +12,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
-from bertexp import modeling
+from bertexp.model import modeling
 
 _INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 

@@ -26,10 +26,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bertexp import layer_summaries
-from bertexp import modeling
-from bertexp import orbit_import
 from bertexp.data import pipeline
+from bertexp.model import modeling
+from bertexp.train import layer_summaries
+from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
 
@@ -187,7 +187,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.total_steps = total_steps
     self.clip_norm = clip_norm
     self.jit_compile = jit_compile
-    # Per-layer norms and histograms (bertexp.layer_summaries); None: off.
+    # Per-layer norms and histograms (bertexp.train.layer_summaries); None: off.
     self.summary_histograms_every = summary_histograms_every
     self.global_step = optimizer.iterations
     with strategy.scope():

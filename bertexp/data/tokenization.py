@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -19,7 +19,7 @@ import re
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 CSV_HEADER = ["step", "split", "metric", "value"]
 _MACRO_LINE = re.compile(r"^([A-Z][A-Z0-9_]*) = (.+)$")

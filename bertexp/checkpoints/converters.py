@@ -11,9 +11,9 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from bertexp import fileio
-from bertexp import modeling
-from bertexp import tokenization
+from bertexp.data import tokenization
+from bertexp.model import modeling
+from bertexp.util import fileio
 
 PARITY_TOLERANCE = 1e-5
 

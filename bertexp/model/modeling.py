@@ -11,7 +11,7 @@ import math
 import tensorflow as tf
 import tf_keras
 
-from bertexp import fileio
+from bertexp.util import fileio
 
 
 @dataclasses.dataclass

@@ -9,9 +9,9 @@ import subprocess
 
 import tensorflow as tf
 
-from bertexp import fileio
-from bertexp import modeling
-from bertexp import strategy as strategy_lib
+from bertexp.model import modeling
+from bertexp.train import strategy as strategy_lib
+from bertexp.util import fileio
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

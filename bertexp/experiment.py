@@ -8,17 +8,17 @@ import gin
 import tensorflow as tf
 import tf_keras
 
-from bertexp import encoders
-from bertexp import export as export_lib
-from bertexp import fileio
-from bertexp import modeling
-from bertexp import planning
-from bertexp import provenance as provenance_lib
-from bertexp import orbit_import
-from bertexp import safe_checkpoints
-from bertexp import strategy as strategy_lib
-from bertexp import trainer as trainer_lib
-from bertexp import training
+from bertexp.checkpoints import verified
+from bertexp.model import encoders
+from bertexp.model import modeling
+from bertexp.serving import export as export_lib
+from bertexp.train import loop
+from bertexp.train import plan
+from bertexp.train import provenance as provenance_lib
+from bertexp.train import strategy as strategy_lib
+from bertexp.train import trainer as trainer_lib
+from bertexp.util import fileio
+from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
 MODES = ("train_and_eval", "train", "eval", "predict", "train_eval_predict",
@@ -92,13 +92,13 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
 
 def _restore_model(model, model_dir, checkpoint_path):
   """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
-  path = checkpoint_path or safe_checkpoints.latest_intact_checkpoint(
+  path = checkpoint_path or verified.latest_intact_checkpoint(
       model_dir)
-  path = (training.best_checkpoint_prefix(path) or path) if path else path
+  path = (loop.best_checkpoint_prefix(path) or path) if path else path
   if path and checkpoint_path and tf.io.gfile.exists(path + ".index"):
-    damage = safe_checkpoints.problem(path)
+    damage = verified.problem(path)
     if damage:
-      raise safe_checkpoints.CheckpointError(f"damaged checkpoint: {damage}")
+      raise verified.CheckpointError(f"damaged checkpoint: {damage}")
   if not path:
     raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
                             "or export (train first or bind "
@@ -234,7 +234,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   if mode in ("eval", "predict"):
     return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,
                                 trainer_kwargs, eval_steps)
-  summary = training.train(
+  summary = loop.train(
       "train" if mode == "train" else "train_and_eval",
       model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
       strategy=strategy, init_checkpoint=init_checkpoint,
@@ -264,7 +264,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
 
 def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
   """--mode=plan: prints the schedule and the memory plan; returns both."""
-  memory, lines = planning.memory_report(
+  memory, lines = plan.memory_report(
       task, train_batch_size=train_batch_size,
       accumulation_steps=accumulation_steps)
   result = dict(dataclasses.asdict(schedule), **memory,

@@ -9,7 +9,7 @@ for question answering. Classification also returns `label` (its name).
 graph (the same ids and truncation as `bertexp prepare`): for classification
 and regression `text` or `text_a` + `text_b` [B] -> the outputs above; for
 question answering `question` + `context` [B] -> answer [B] text, score
-(start + end logit), context_truncated (see bertexp.span_serving). Loading
+(start + end logit), context_truncated (see bertexp.tasks.squad_serving). Loading
 it needs `import tensorflow_text` (for the tokenizer op), not bertexp.
 """
 import logging
@@ -17,9 +17,9 @@ import time
 
 import tensorflow as tf
 
-from bertexp import fileio
-from bertexp import span_serving
-from bertexp import tokenization
+from bertexp.data import tokenization
+from bertexp.tasks import squad_serving
+from bertexp.util import fileio
 
 _TEXT = tf.TensorSpec([None], tf.string)
 
@@ -44,7 +44,7 @@ class _ServingModule(tf.Module):
   def text_signature(self):
     if self.text_spec.get("kind") == "span":
       return tf.function(
-          lambda question, context: span_serving.answer(
+          lambda question, context: squad_serving.answer(
               self._tokenizer, self.model, self.text_spec, question, context),
           input_signature=[_TEXT, _TEXT]).get_concrete_function()
     if self.text_spec["num_text_features"] == 1:

@@ -15,7 +15,7 @@ S max_seq_length, K n_best_size.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bertexp import tokenization
+from bertexp.data import tokenization
 
 # run_squad's whitespace: what bertexp.data.squad.split_context splits on.
 _WHITESPACE = r"[ \t\r\n\x{202f}]+"

@@ -3,7 +3,7 @@
 The device, replica count, precision and recompute setting are read from
 the parsed gin bindings of bertexp.make_strategy, configure_numerics and
 build_encoder (gin.get_bindings), so no accelerator is touched; the model
-shape from the task's config files. See bertexp.memory_plan for the formula.
+shape from the task's config files. See bertexp.model.memory_plan for the formula.
 """
 import json
 import os
@@ -12,8 +12,8 @@ import subprocess
 
 import gin
 
-from bertexp import memory_plan
-from bertexp import strategy as strategy_lib
+from bertexp.model import memory_plan
+from bertexp.train import strategy as strategy_lib
 
 GB = memory_plan.GB
 

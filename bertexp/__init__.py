@@ -23,8 +23,11 @@ __version__ = "0.1.0"
 
 
 def load_encoder(bert_config_file, checkpoint=None):
-  from bertexp.model import modeling
-  return modeling.load_encoder(bert_config_file, checkpoint)
+  """An encoder from a bert_config.json with a checkpoint's weights (see
+  bertexp.checkpoints.run_dir.load_encoder: a prefix, an encoder folder or a
+  MODEL_DIR; None for random weights)."""
+  from bertexp.checkpoints import run_dir
+  return run_dir.load_encoder(bert_config_file, checkpoint)
 
 
 def Predictor(export_dir, batch_size=64):  # noqa: N802  (a class to users)

@@ -13,25 +13,39 @@ import traceback
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 
+from bertexp import modes
 from bertexp.gin_setup import parse_gin
 from bertexp.train import stop_signals
 from bertexp.util import extras
 
 
-class _DropOrbitEcho(logging.Filter):
-  """Orbit's Controller prints each progress line and also logs it."""
+# TensorFlow's INFO lines that say nothing to a user: a checkpoint's
+# sharding time (every save), the input names a SavedModel renames (every
+# export), where the export's assets went (bertexp prints the export).
+_TENSORFLOW_NOISE = ("Sharding callback duration", "contains input name(s)",
+                     "Assets written to")
+
+
+class _QuietLog(logging.Filter):
+  """Drops Orbit's log copy of the progress lines it also prints (bertexp
+  prints its own) and TensorFlow's _TENSORFLOW_NOISE."""
 
   def filter(self, record):
-    return not record.pathname.endswith(os.path.join("orbit", "controller.py"))
+    if record.pathname.endswith(os.path.join("orbit", "controller.py")):
+      return False
+    message = record.getMessage() if record.levelno <= logging.INFO else ""
+    return not any(noise in message for noise in _TENSORFLOW_NOISE)
 
 
 def cmd_train(args):
+  """`bertexp train` and `export-tflite`: parse the gin files, run the experiment."""
   config_text = parse_gin(args.gin_file, args.gin_param)
   from bertexp import experiment
   experiment.experiment(mode=args.mode, config_text=config_text)
 
 
 def cmd_prepare(args):
+  """`bertexp prepare glue|classification|squad|pretraining`."""
   if args.kind == "pretraining":
     from bertexp.data import pretraining
     options = pretraining.Options(
@@ -94,6 +108,7 @@ def _max_positions(bert_config_file):
 
 
 def cmd_build_vocab(args):
+  """`bertexp build-vocab`: a WordPiece vocabulary learned from raw text."""
   from bertexp.data import vocab
   tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
                              do_lower_case=not args.no_lower_case,
@@ -102,6 +117,7 @@ def cmd_build_vocab(args):
 
 
 def cmd_convert(args):
+  """`bertexp convert-checkpoint`: into bertexp's format, or out to Hugging Face."""
   if args.target == "huggingface":
     from bertexp.checkpoints import to_huggingface
     to_huggingface.export_huggingface(args.input, args.output,
@@ -116,7 +132,9 @@ def cmd_convert(args):
 
 
 def cmd_evaluate_squad(args):
+  """`bertexp evaluate-squad`: the official SQuAD rules on a predictions file."""
   import json
+  from bertexp.data import squad_json
   from bertexp.tasks import squad_scoring
   from bertexp.util import fileio
   pred_file = args.pred_file
@@ -125,9 +143,9 @@ def cmd_evaluate_squad(args):
       raise ValueError("--best_threshold_output needs --nbest_file and "
                        "--na_prob_file")
     threshold, predictions = squad_scoring.rethreshold(
-        squad_scoring.load_json(args.data_file, "dataset"),
+        squad_json.load_json(args.data_file, "dataset"),
         fileio.read_json(args.nbest_file),
-        squad_scoring.load_json(args.na_prob_file, "null odds"))
+        squad_json.load_json(args.na_prob_file, "null odds"))
     fileio.write_json(args.best_threshold_output, predictions)
     print(f"best-F1 null threshold {threshold:.4f}: wrote "
           f"{args.best_threshold_output}", flush=True)
@@ -141,6 +159,7 @@ def cmd_evaluate_squad(args):
 
 
 def cmd_sweep(args):
+  """`bertexp sweep`: a grid x seeds, one process per trial, resumable."""
   from bertexp.sweeps import runner
   if args.parallel < 1 or args.seeds < 1:
     raise ValueError("--parallel and --seeds must be at least 1")
@@ -157,6 +176,7 @@ def cmd_sweep(args):
 
 
 def cmd_results(args):
+  """`bertexp results`: a sweep's table and plot again, from its folder."""
   from bertexp.sweeps import results as sweep_results
   if not os.path.exists(os.path.join(args.output_dir, "sweep.json")):
     raise FileNotFoundError(f"{args.output_dir}: no sweep.json (not a sweep "
@@ -177,6 +197,7 @@ def normalise_flag_spelling(argv):
 
 
 def build_parser():
+  """The `bertexp` argument parser with every subcommand."""
   from bertexp import __version__
   common = argparse.ArgumentParser(add_help=False)
   common.add_argument("--debug", action="store_true",
@@ -209,12 +230,8 @@ def _training_commands(sub, add):
   train.add_argument("--gin_param", action="append", default=[],
                      help="one binding, e.g. LEARNING_RATE=3e-5 (repeatable)")
   train.add_argument("--mode", default="train_and_eval",
-                     choices=["train_and_eval", "train", "eval", "predict",
-                              "train_eval_predict", "export", "export_only",
-                              "export_tflite", "plan"],
-                     help="plan: print the schedule and the memory plan "
-                     "(nothing is built or trained); train_eval_predict: "
-                     "train_and_eval, then predict in the same process")
+                     choices=[*modes.MODES, *modes.ALIASES],
+                     help=modes.help_text())
   train.set_defaults(func=cmd_train)
 
   tflite = add(sub, "export-tflite",
@@ -381,13 +398,25 @@ def load_tensorflow_quietly():
       os.close(saved)
 
 
+def _user_message(error):
+  """The error's own message, without the line gin appends to errors raised
+  inside a configurable ("In call to configurable 'experiment' (...)")."""
+  return str(error).split("\n  In call to configurable")[0]
+
+
 def main(argv=None):
+  """Runs one `bertexp` command.
+
+  Returns:
+    The exit status: 0 done, 2 a user error (one line), 3 a lost
+    multi-worker peer, 42 stopped by a signal with a checkpoint written.
+  """
   args = build_parser().parse_args(normalise_flag_spelling(
       sys.argv[1:] if argv is None else argv))
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s %(levelname)s %(message)s")
   for handler in logging.getLogger().handlers:
-    handler.addFilter(_DropOrbitEcho())
+    handler.addFilter(_QuietLog())
   if not args.verbose:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     load_tensorflow_quietly()
@@ -406,7 +435,7 @@ def main(argv=None):
     # keeps its traceback.
     if args.debug:
       traceback.print_exc()
-    print(f"bertexp: error: {e}", file=sys.stderr)
+    print(f"bertexp: error: {_user_message(e)}", file=sys.stderr)
     return 2
   return 0
 

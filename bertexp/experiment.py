@@ -2,13 +2,13 @@
 trainer -> orbit.Controller, all from gin bindings of `bertexp.experiment`."""
 import contextlib
 import dataclasses
-import logging
 
 import gin
 import tensorflow as tf
 import tf_keras
 
-from bertexp.checkpoints import verified
+from bertexp import modes
+from bertexp.checkpoints import run_dir
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.serving import export as export_lib
@@ -21,9 +21,7 @@ from bertexp.util import fileio
 from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
-MODES = ("train_and_eval", "train", "eval", "predict", "train_eval_predict",
-         "export", "export_tflite", "plan")
-TRAINING_MODES = ("train", "train_and_eval", "train_eval_predict")
+TRAINING_MODES = modes.TRAINING_MODES
 
 
 @dataclasses.dataclass
@@ -34,12 +32,27 @@ class Schedule:
   warmup_steps: int
 
 
+def _check_positive(**values):
+  """ValueError naming the macro unless each value is an int above 0."""
+  for name, value in values.items():
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"{name}={value!r}: expected a whole number above 0")
+
+
 def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
                     num_eval_per_epoch=1, warmup_fraction=0.1,
                     train_steps=None):
   """run_classifier: an "epoch" is 1/num_eval_per_epoch of the data;
   steps_per_epoch = int(size_per_epoch / batch);
   warmup = int(epochs * size_per_epoch * 0.1 / batch)."""
+  _check_positive(TRAIN_BATCH_SIZE=train_batch_size,
+                  NUM_EVAL_PER_EPOCH=num_eval_per_epoch)
+  if train_steps is not None:
+    _check_positive(TRAIN_STEPS=train_steps)
+  elif not (isinstance(num_train_epochs, (int, float)) and
+            not isinstance(num_train_epochs, bool) and num_train_epochs > 0):
+    raise ValueError(f"NUM_TRAIN_EPOCHS={num_train_epochs!r}: expected a "
+                     "number above 0 (or bind TRAIN_STEPS)")
   epochs = num_train_epochs * num_eval_per_epoch
   size_per_epoch = train_data_size // num_eval_per_epoch
   steps_per_epoch = int(size_per_epoch / train_batch_size)
@@ -90,65 +103,6 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
         "initialisation on purpose bind REQUIRE_PRETRAINED_ENCODER=False")
 
 
-def _restore_model(model, model_dir, checkpoint_path):
-  """Weights for eval/predict/export: explicit path, else MODEL_DIR's latest."""
-  path = checkpoint_path or verified.latest_intact_checkpoint(
-      model_dir)
-  path = (loop.best_checkpoint_prefix(path) or path) if path else path
-  if path and checkpoint_path and tf.io.gfile.exists(path + ".index"):
-    damage = verified.problem(path)
-    if damage:
-      raise verified.CheckpointError(f"damaged checkpoint: {damage}")
-  if not path:
-    raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
-                            "or export (train first or bind "
-                            "PREDICT_CHECKPOINT_PATH)")
-  tf.train.Checkpoint(model=model).read(path).expect_partial() \
-      .assert_existing_objects_matched()
-  logging.info("restored model weights from %s", path)
-  return path
-
-
-def initialise_from_checkpoint(model, optimizer, init_checkpoint,
-                               with_optimizer=False):
-  """Starts a run from INIT_CHECKPOINT (a prefix or a folder).
-
-  An encoder checkpoint (`convert-checkpoint` output, a pretraining run's
-  MODEL_DIR/encoder) initialises the encoder. A bertexp training checkpoint
-  (MODEL_DIR/ckpt-N or MODEL_DIR itself: names under model/) initialises the
-  encoder and every head it has (phase 2 of pretraining keeps phase 1's MLM
-  and NSP heads); `with_optimizer` also takes its optimizer moments. The step
-  restarts at 0 either way: the new run has its own schedule.
-  Returns what was restored, for the log.
-  """
-  prefix = modeling.resolve_checkpoint(init_checkpoint)
-  # A reader on the prefix itself: tf.train.list_variables takes a prefix on
-  # ram:// (where a prefix of files reads as a folder) for a directory.
-  names = list(tf.compat.v1.train.NewCheckpointReader(prefix)
-               .get_variable_to_shape_map())
-  if not any(name.startswith("model/") for name in names):
-    if with_optimizer:
-      raise ValueError(f"INIT_CHECKPOINT {prefix} holds an encoder only: "
-                       "it has no optimizer state to initialise from")
-    modeling.restore_encoder(model.encoder, prefix)
-    return f"the encoder from {prefix}"
-  # The encoder must be there; heads the checkpoint lacks start fresh.
-  tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model.encoder)).read(
-      prefix).expect_partial().assert_existing_objects_matched()
-  objects = dict(model=model, optimizer=optimizer) if with_optimizer else dict(
-      model=model)
-  status = tf.train.Checkpoint(**objects).read(prefix).expect_partial()
-  try:
-    status.assert_existing_objects_matched()
-    restored = "the whole model"
-  except AssertionError:
-    restored = "the encoder (the checkpoint has other heads)"
-  if with_optimizer:
-    optimizer.iterations.assign(0)
-    restored += " and the optimizer state"
-  return f"{restored} from {prefix}"
-
-
 @gin.configurable(module="bertexp")
 def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                task=gin.REQUIRED, init_checkpoint=None, train_batch_size=32,
@@ -165,7 +119,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                gradient_accumulation_steps=1, pad_to_multiple_of="auto",
                group_by_length=False, summary_histograms_every=None,
                config_text=None):
-  """Runs one experiment. `mode` is one of MODES ("export_only" = "export").
+  """Runs one experiment. `mode` is one of bertexp.modes.MODES
+  ("export_only" = "export").
 
   train_steps overrides the steps derived from num_train_epochs.
   checkpoint_interval_steps defaults to one evaluation interval.
@@ -177,7 +132,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   The pretrained encoder comes from INIT_CHECKPOINT or HUB_MODULE_URL
   (bertexp.build_encoder), never both; with require_pretrained_encoder a
   fresh training run without either is an error. INIT_CHECKPOINT may also be
-  a bertexp training checkpoint: see `initialise_from_checkpoint` (with
+  a bertexp training checkpoint: see `bertexp.checkpoints.run_dir.initialise_from_checkpoint` (with
   init_optimizer_state, its optimizer moments too).
   Divergence guard: a step whose loss or gradient norm is not finite (or
   whose loss is above loss_upper_bound) is skipped and counted; after
@@ -199,9 +154,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   config_<mode>.gin by the other modes (so predict or export never overwrite
   the training run's record).
   """
-  mode = "export" if mode == "export_only" else mode
-  if mode not in MODES:
-    raise ValueError(f"--mode={mode!r} is not one of {MODES}")
+  mode = modes.canonical(mode)
+  _check_positive(EVAL_BATCH_SIZE=eval_batch_size,
+                  GRADIENT_ACCUMULATION_STEPS=gradient_accumulation_steps)
   schedule = derive_schedule(task.num_train_examples(), train_batch_size,
                              num_train_epochs, num_eval_per_epoch,
                              warmup_fraction, train_steps) if mode in (
@@ -224,49 +179,59 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                            require_pretrained_encoder)
   if mode in ("export", "export_tflite"):
     return _export(mode, task, model, model_dir, predict_checkpoint_path)
-  trainer_kwargs = dict(task=task, model=model, strategy=strategy,
-                        global_batch_size=train_batch_size,
-                        eval_batch_size=eval_batch_size, clip_norm=clip_norm,
-                        jit_compile=jit_compile,
-                        pad_to_multiple_of=strategy_lib.padding_multiple(
-                            strategy, pad_to_multiple_of),
-                        summary_histograms_every=summary_histograms_every)
+  step_settings = trainer_lib.StepSettings(
+      global_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
+      clip_norm=clip_norm, jit_compile=jit_compile,
+      gradient_accumulation_steps=gradient_accumulation_steps,
+      pad_to_multiple_of=strategy_lib.padding_multiple(strategy,
+                                                       pad_to_multiple_of),
+      summary_histograms_every=summary_histograms_every,
+      loss_upper_bound=loss_upper_bound,
+      max_consecutive_bad_steps=max_consecutive_bad_steps)
   if mode in ("eval", "predict"):
     return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,
-                                trainer_kwargs, eval_steps)
+                                task, model, strategy, step_settings,
+                                eval_steps)
   summary = loop.train(
       "train" if mode == "train" else "train_and_eval",
       model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
-      strategy=strategy, init_checkpoint=init_checkpoint,
-      init_optimizer_state=init_optimizer_state,
-      initialise=initialise_from_checkpoint, precision=precision,
-      trainer_kwargs=dict(
-          trainer_kwargs,
-          gradient_accumulation_steps=gradient_accumulation_steps),
-      schedule=schedule, steps_per_loop=steps_per_loop,
-      checkpoint_interval_steps=checkpoint_interval_steps,
-      max_checkpoints=max_checkpoints, eval_steps=eval_steps,
-      best_metric=best_metric, best_mode=best_mode,
-      eval_before_training=eval_before_training,
-      group_by_length=group_by_length, config_text=config_text,
-      guard=dict(loss_upper_bound=loss_upper_bound,
-                 max_consecutive_bad_steps=max_consecutive_bad_steps,
-                 recovery_max_trials=recovery_max_trials),
+      strategy=strategy, precision=precision, schedule=schedule,
+      step_settings=step_settings,
+      loop_settings=loop.LoopSettings(
+          steps_per_loop=steps_per_loop,
+          checkpoint_interval_steps=checkpoint_interval_steps,
+          max_checkpoints=max_checkpoints, eval_steps=eval_steps,
+          best_metric=best_metric, best_mode=best_mode,
+          eval_before_training=eval_before_training,
+          group_by_length=group_by_length,
+          recovery_max_trials=recovery_max_trials,
+          init_checkpoint=init_checkpoint,
+          init_optimizer_state=init_optimizer_state),
       provenance=provenance_lib.record(
           task, init_checkpoint=init_checkpoint, seed=seed,
           deterministic=deterministic, cpu_threads=cpu_threads,
-          precision=precision))
+          precision=precision),
+      config_text=config_text)
   if mode == "train_eval_predict":
     summary["predictions"] = _predict_after_training(
-        model_dir, predict_checkpoint_path, trainer_kwargs, eval_steps)
+        model_dir, predict_checkpoint_path, task, strategy, step_settings,
+        eval_steps)
   return summary
 
 
 def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
-  """--mode=plan: prints the schedule and the memory plan; returns both."""
-  memory, lines = plan.memory_report(
-      task, train_batch_size=train_batch_size,
-      accumulation_steps=accumulation_steps)
+  """--mode=plan: prints the schedule and the memory plan; returns both.
+
+  The memory plan needs the model's bert_config.json: without it (a sweep
+  planned before the pretrained model is downloaded) the schedule is still
+  printed and the plan says why it is missing."""
+  try:
+    memory, lines = plan.memory_report(
+        task, train_batch_size=train_batch_size,
+        accumulation_steps=accumulation_steps)
+  except (FileNotFoundError, ValueError) as e:
+    memory, lines = {"memory_plan_unavailable": str(e)}, [
+        f"memory plan: unavailable ({e})"]
   result = dict(dataclasses.asdict(schedule), **memory,
                 global_batch_size=train_batch_size,
                 train_data_size=task.num_train_examples(), seed=seed)
@@ -305,7 +270,7 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   if mode == "export_tflite" and getattr(task, "num_labels", 0) < 2:
     raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
                      f"{type(task).__name__} is not one")
-  _restore_model(model, model_dir, checkpoint_path)
+  run_dir.restore_model(model, model_dir, checkpoint_path)
   if mode == "export":
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
   held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
@@ -315,29 +280,28 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   return export_lib.export_tflite(task, model, model_dir, inputs)
 
 
-def _predict_after_training(model_dir, checkpoint_path, trainer_kwargs,
-                            eval_steps):
+def _predict_after_training(model_dir, checkpoint_path, task, strategy,
+                            step_settings, eval_steps):
   """As --mode=predict would, in this process: a float32 model with the
   weights of `checkpoint_path` (default: the last checkpoint)."""
   tf_keras.mixed_precision.set_global_policy("float32")
-  with trainer_kwargs["strategy"].scope():
-    model = trainer_kwargs["task"].build_model()
-  return _evaluate_or_predict("predict", model_dir, checkpoint_path,
-                              dict(trainer_kwargs, model=model), eval_steps)
+  with strategy.scope():
+    model = task.build_model()
+  return _evaluate_or_predict("predict", model_dir, checkpoint_path, task,
+                              model, strategy, step_settings, eval_steps)
 
 
-def _evaluate_or_predict(mode, model_dir, checkpoint_path, trainer_kwargs,
-                         eval_steps):
+def _evaluate_or_predict(mode, model_dir, checkpoint_path, task, model,
+                         strategy, step_settings, eval_steps):
   """--mode=eval (eval_results.json) or --mode=predict (the task's
-  prediction files) of trainer_kwargs' model with the weights of
-  `checkpoint_path` (default: the newest checkpoint in model_dir)."""
-  task, model = trainer_kwargs["task"], trainer_kwargs["model"]
-  strategy = trainer_kwargs["strategy"]
+  prediction files) of `model` with the weights of `checkpoint_path`
+  (default: the newest intact checkpoint in model_dir)."""
   with strategy.scope():
     optimizer = tf_keras.optimizers.SGD()   # unused; gives a step counter
-  path = _restore_model(model, model_dir, checkpoint_path)
-  evaluator = trainer_lib.Trainer(optimizer=optimizer, total_steps=0,
-                                  **trainer_kwargs)
+  path = run_dir.restore_model(model, model_dir, checkpoint_path)
+  evaluator = trainer_lib.Trainer(task=task, model=model, optimizer=optimizer,
+                                  strategy=strategy, settings=step_settings,
+                                  total_steps=0)
   # Every worker computes the same results; only the chief's are the run's.
   output_dir = worker_model_dir(strategy, model_dir)
   if mode == "eval":

@@ -6,6 +6,8 @@ import logging
 import os
 import tokenize
 
+from bertexp.util import private_apis
+
 # Shipped with the package (a checkout links experiments/ and gin/ here).
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 GIN_DIR = os.path.join(PACKAGE_DIR, "gin")
@@ -38,6 +40,8 @@ def shipped_name(path):
 
 
 def gin_search_paths(gin_files):
+  """Where `include` lines resolve: gin/, experiments/, the package and the
+  folder of each given file."""
   paths = [GIN_DIR, EXPERIMENTS_DIR, PACKAGE_DIR]
   for path in gin_files:
     folder = os.path.dirname(os.path.abspath(path))
@@ -60,7 +64,7 @@ def _check_overrides_name_known_macros(gin_params):
     try:
       gin.query_parameter(f"%{name}")
     except ValueError:
-      defined = [k[0] for k in gin.config._CONFIG if k[1] == "gin.macro"]
+      defined = private_apis.gin_macro_names()
       close = difflib.get_close_matches(name, defined, n=1)
       hint = f"; did you mean {close[0]}?" if close else ""
       raise ValueError(f"--gin_param {param!r}: no macro {name} in the gin "

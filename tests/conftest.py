@@ -161,7 +161,8 @@ def tiny_sst2_task(root, vocab, dropout=0.0):
       dropout_rate=dropout, seed=1)
 
 
-def tiny_trainer(task, replicas, make_optimizer, batch, **trainer_kwargs):
+def tiny_trainer(task, replicas, make_optimizer, batch, total_steps,
+                 **step_settings):
   """bertexp's Trainer for `task` on 1 replica or `replicas` mirrored CPU
   replicas, the optimizer built, reading the task's training batches."""
   from bertexp.train import strategy as strategy_lib
@@ -177,5 +178,6 @@ def tiny_trainer(task, replicas, make_optimizer, batch, **trainer_kwargs):
                                     ctx.get_per_replica_batch_size(batch)))
   return trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer, strategy=strategy,
-      global_batch_size=batch, eval_batch_size=batch, train_dataset=dataset,
-      **trainer_kwargs)
+      settings=trainer_lib.StepSettings(global_batch_size=batch,
+                                        eval_batch_size=batch, **step_settings),
+      total_steps=total_steps, train_dataset=dataset)

@@ -125,7 +125,7 @@ def test_sigterm_mid_loop_checkpoints_at_the_step_reached_then_resumes(
   # One loop of 100,000 steps: without the signal path nothing would be
   # saved before its end.
   args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000)
-  status, output = _stop_after(args, 3, expect_line="bertexp: loop running")
+  status, output = _stop_after(args, 3, expect_line="bertexp: training started")
   assert status == stop_signals.EXIT_STATUS, output[-3000:]
   (step,) = _checkpoint_steps(model_dir)
   assert 0 < step < 100000, output[-3000:]
@@ -135,7 +135,7 @@ def test_sigterm_mid_loop_checkpoints_at_the_step_reached_then_resumes(
   (seen,) = [n for n in state if "examples_seen" in n]
   assert state[seen] == step * 8
   # The same command resumes at that step and data position (stopped again).
-  status, output = _stop_after(args, 1, expect_line="bertexp: loop running")
+  status, output = _stop_after(args, 1, expect_line="bertexp: training started")
   assert status == stop_signals.EXIT_STATUS, output[-3000:]
   assert f"resuming from {model_dir}/ckpt-{step}" in output
   assert f"starting after {step * 8} examples" in output
@@ -347,7 +347,7 @@ def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
              for i in range(2)]
   try:
     deadline = time.time() + 180
-    while "loop running" not in (tmp_path / "worker0.log").read_text():
+    while "training started" not in (tmp_path / "worker0.log").read_text():
       assert workers[0].poll() is None and time.time() < deadline
       time.sleep(0.2)
     time.sleep(2)   # into the loop
@@ -433,7 +433,7 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(run,
              for i in range(2)]
   try:
     deadline = time.time() + 180
-    while "loop running" not in logs[1].read_text():
+    while "training started" not in logs[1].read_text():
       assert workers[1].poll() is None and time.time() < deadline
       time.sleep(0.2)
     time.sleep(2)

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
+from bertexp.checkpoints import run_dir
 from bertexp.model import modeling
 from bertexp.tasks import squad
 from conftest import MINILM_HF, TINY_CONFIG, requires_minilm
@@ -87,7 +88,7 @@ def test_classifier_round_trip_and_head(tmp_path, tiny_config, tiny_vocab,
   back = tmp_path / "back"
   assert cli.main(["convert-checkpoint", "--from=huggingface",
                    f"--input={tmp_path / 'hf'}", f"--output={back}"]) == 0
-  restored = modeling.load_encoder(f"{back}/bert_config.json", str(back))
+  restored = run_dir.load_encoder(f"{back}/bert_config.json", str(back))
   assert len(restored.variables) == len(model.encoder.variables)
   for mine, theirs in zip(model.encoder.variables, restored.variables):
     np.testing.assert_allclose(theirs.numpy(), mine.numpy(), atol=1e-6,
@@ -112,5 +113,5 @@ def test_question_answering_head_is_qa_outputs(tmp_path, tiny_config,
 def test_missing_config_or_checkpoint_is_a_clear_error(tmp_path, capsys):
   assert cli.main(["convert-checkpoint", "--to=huggingface",
                    f"--input={tmp_path}", f"--output={tmp_path / 'x'}"]) == 2
-  assert "no bertexp checkpoint" in capsys.readouterr().err
+  assert "folder holds no checkpoint" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "x")

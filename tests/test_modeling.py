@@ -1,5 +1,6 @@
 """Encoder: config fields, shapes, activations, numpy parity, loading."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -189,3 +190,29 @@ def test_load_encoder_round_trip(tmp_path, tiny_config, tiny_vocab):
                                 loaded(inputs)["pooled_output"].numpy())
   with pytest.raises(FileNotFoundError, match="no checkpoint"):
     bertexp.load_encoder(tiny_config, str(tmp_path / "nothing" / "here"))
+
+
+def test_encoder_called_for_training_without_a_seed_draws_stateless_masks(
+    tiny_config):
+  """A user's own loop (no seed): the encoder draws one seed per call, so
+  its layers use the Trainer's 16-bit stateless masks, not tf.nn.dropout;
+  tf.random.set_seed makes calls repeatable, and two calls differ."""
+  config = json.loads(open(tiny_config).read())
+  config.update(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+  path = os.path.join(os.path.dirname(tiny_config), "dropout_config.json")
+  with open(path, "w") as f:
+    json.dump(config, f)
+  encoder = bertexp.load_encoder(path)
+  inputs = modeling.dummy_inputs(batch_size=2, seq_length=8)
+  run = tf.function(lambda: encoder(inputs, training=True)["sequence_output"])
+  graph = run.get_concrete_function().graph
+  ops = {op.type for op in graph.get_operations()}
+  assert "StatelessRandomUniformFullIntV2" in ops or (
+      "StatelessRandomUniformFullInt" in ops), sorted(ops)
+  tf.random.set_seed(7)
+  first = encoder(inputs, training=True)["sequence_output"].numpy()
+  tf.random.set_seed(7)
+  again = encoder(inputs, training=True)["sequence_output"].numpy()
+  other = encoder(inputs, training=True)["sequence_output"].numpy()
+  np.testing.assert_array_equal(first, again)
+  assert np.abs(first - other).max() > 1e-3

@@ -174,3 +174,23 @@ def test_failed_trial_is_recorded_and_the_sweep_goes_on_in_parallel(
       out / "bs32_seed1" / "trial.gin").read_text()
   summary = json.loads((out / "bs32_seed1" / "training_summary.json").read_text())
   assert summary["provenance"]["cpu_threads"] == threads
+
+
+def test_dry_run_lists_trials_before_the_model_and_data_exist(sweep_setup,
+                                                             capsys):
+  """A paper grid planned before the pretrained model's bert_config.json is
+  downloaded lists every trial with its schedule (the memory plan says why
+  it is missing); without the data's meta data, the trials and bindings."""
+  args, out = sweep_setup
+  missing = [a for a in args if "BERT_CONFIG_FILE" not in a] + [
+      '--gin_param=BERT_CONFIG_FILE="/nowhere/bert_config.json"']
+  assert cli.main(missing + ["--dry_run"]) == 0
+  text = capsys.readouterr().out
+  assert "lr0.001_seed1: global batch 8, 16 steps (8 per evaluation)" in text
+  assert "memory plan: unavailable" in text and "/nowhere" in text
+  no_data = [a for a in missing if "INPUT_META_DATA_PATH" not in a] + [
+      '--gin_param=INPUT_META_DATA_PATH="/nowhere/meta_data"']
+  assert cli.main(no_data + ["--dry_run"]) == 0
+  text = capsys.readouterr().out
+  assert text.count("no schedule yet") == 4 and "'LEARNING_RATE': 0.001" in text
+  assert not out.exists()

@@ -341,3 +341,21 @@ def test_train_eval_predict_without_test_data_fails_before_training(
   assert code == 2
   assert "needs TEST_DATA_PATH" in capsys.readouterr().err
   assert not tf.io.gfile.exists(paths["MODEL_DIR"])   # nothing trained
+
+
+@pytest.mark.parametrize("binding,message", [
+    ("TRAIN_BATCH_SIZE=0", "TRAIN_BATCH_SIZE=0: expected a whole number"),
+    ("EVAL_BATCH_SIZE=-8", "EVAL_BATCH_SIZE=-8: expected a whole number"),
+    ("NUM_TRAIN_EPOCHS=0", "NUM_TRAIN_EPOCHS=0: expected a number above 0"),
+])
+def test_a_batch_size_or_epochs_that_make_no_schedule_is_one_line(
+    tiny_run, capsys, binding, message):
+  paths = dict(tiny_run)
+  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
+  params = [p for p in _params(paths) if binding.split("=")[0] not in p]
+  code = cli.main(["train", f"--gin_file={gin_file}", "--mode=train"] +
+                  params + [f"--gin_param={binding}"])
+  err = capsys.readouterr().err
+  assert code == 2 and message in err
+  assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+  assert not os.path.exists(os.path.join(paths["MODEL_DIR"], "ckpt-1.index"))

@@ -132,8 +132,10 @@ def _trainer_window(layers, hidden, heads, inner, seq, batch, steps):
   labels = tf.zeros([batch], tf.int64)
   trainer = trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer,
-      strategy=strategy_lib.make_strategy("default"), global_batch_size=batch,
-      eval_batch_size=batch, total_steps=10 ** 6,
+      strategy=strategy_lib.make_strategy("default"),
+      settings=trainer_lib.StepSettings(global_batch_size=batch,
+                                        eval_batch_size=batch),
+      total_steps=10 ** 6,
       train_dataset=tf.data.Dataset.from_tensors((features, labels)).repeat())
   return lambda: trainer.train(tf.constant(steps))["loss"]
 
@@ -147,6 +149,9 @@ def bench_train(shape, precision, windows, steps_per_window):
   for name, build, call_kwargs in (
       ("bertexp", _bertexp_encoder,
        {"pooled_only": True, "seeded_dropout": True}),
+      # As a user's own Keras loop calls bertexp.load_encoder(...): no
+      # seed (the encoder draws one), every row of the last block.
+      ("bertexp_user", _bertexp_encoder, {}),
       ("model_garden", _model_garden_encoder, {}),
       ("model_garden_range1", lambda *shape: _model_garden_encoder(
           *shape, output_range=1), {})):
@@ -308,6 +313,7 @@ def bench_squad(vocab_file, dev_file):
   from bertexp.data import squad
   from bertexp.data import tokenization
   from bertexp.tasks import squad_answers
+  from bertexp.data import squad_json
   from bertexp.tasks import squad_scoring
   start = time.perf_counter()
   examples, _ = squad.read_examples(dev_file, is_training=False,
@@ -318,7 +324,7 @@ def bench_squad(vocab_file, dev_file):
                                     is_training=False)
   prepare_seconds = time.perf_counter() - start
   rng = np.random.RandomState(0)
-  dataset = squad_scoring.load_json(dev_file, "dataset")
+  dataset = squad_json.load_json(dev_file, "dataset")
   # Two kinds of given logits: pure noise (a worst case: long spans, many
   # distinct texts) and model-like (noise plus a clear short span per window).
   noise = {f.unique_id: (rng.randn(384).astype(np.float32),
@@ -365,17 +371,21 @@ def main():
   if not args.skip_train:
     print("examples/s; ratios to Model Garden's default encoder (MG) and "
           "to it with output_range=1 (MG r=1)")
+    print("user: bertexp's encoder as a user's own loop calls it (no seed, "
+          "every row), against MG")
     print(f"{'shape':6} {'precision':15} {'bertexp':>8} {'MG':>8} "
           f"{'ratio':>6} {'MG r=1':>8} {'ratio':>6} {'Trainer':>8} "
-          f"{'ratio':>6}")
+          f"{'ratio':>6} {'user':>8} {'ratio':>6}")
     for shape in args.shapes.split(","):
       for precision in args.precisions.split(","):
         rates = bench_train(shape, precision, args.windows, args.steps)
         ours, theirs = rates["bertexp"], rates["model_garden"]
         range1, trainer = rates["model_garden_range1"], rates["trainer"]
+        user = rates["bertexp_user"]
         print(f"{shape:6} {precision:15} {ours:8.2f} {theirs:8.2f} "
               f"{ours / theirs:6.2f} {range1:8.2f} {ours / range1:6.2f} "
-              f"{trainer:8.2f} {trainer / theirs:6.2f}", flush=True)
+              f"{trainer:8.2f} {trainer / theirs:6.2f} {user:8.2f} "
+              f"{user / theirs:6.2f}", flush=True)
     for shape in args.shapes.split(","):
       ms = bench_optimizer(shape, args.windows)
       print(f"AdamW update, {shape} encoder's variables: Keras "

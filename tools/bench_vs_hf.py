@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
+from bertexp.checkpoints import run_dir  # noqa: E402
 from bertexp.data import pipeline  # noqa: E402
 from bertexp.model import modeling  # noqa: E402
 from bertexp.tasks import classification  # noqa: E402
@@ -96,7 +97,7 @@ def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3,
   strategy = strategy_lib.make_strategy("default")
   with strategy.scope():
     model = task.build_model()
-    modeling.restore_encoder(model.encoder,
+    run_dir.restore_encoder(model.encoder,
                              os.path.join(REPO, ".cache/minilm_l6"))
     optimizer = optimization.create_optimizer(steps + warmup,
                                               (steps + warmup) // 10,
@@ -106,9 +107,10 @@ def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3,
                               train_order=_train_order(grouped))
   trainer = trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer, strategy=strategy,
-      global_batch_size=BATCH, eval_batch_size=BATCH,
-      total_steps=steps + warmup, train_dataset=dataset,
-      pad_to_multiple_of=multiple, jit_compile=jit_compile)
+      settings=trainer_lib.StepSettings(
+          global_batch_size=BATCH, eval_batch_size=BATCH,
+          pad_to_multiple_of=multiple, jit_compile=jit_compile),
+      total_steps=steps + warmup, train_dataset=dataset)
   trainer.train(tf.constant(warmup))
   start = time.perf_counter()
   trainer.train(tf.constant(steps))

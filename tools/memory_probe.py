@@ -90,7 +90,8 @@ def probe(args):
       optimizer.build(model.trainable_variables)
   trainer = trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer, strategy=strategy,
-      global_batch_size=args.batch, eval_batch_size=args.batch,
+      settings=trainer_lib.StepSettings(global_batch_size=args.batch,
+                                        eval_batch_size=args.batch),
       total_steps=100, train_dataset=_dataset(args))
   trainer.train(tf.constant(1))
   start = time.time()

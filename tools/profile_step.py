@@ -141,8 +141,10 @@ def main():
                                          dataclasses.asdict(config), args.seq)
   trainer = trainer_lib.Trainer(
       task=task, model=model, optimizer=optimizer,
-      strategy=strategy_lib.make_strategy("default"), global_batch_size=BATCH,
-      eval_batch_size=BATCH, total_steps=1000,
+      strategy=strategy_lib.make_strategy("default"),
+      settings=trainer_lib.StepSettings(global_batch_size=BATCH,
+                                        eval_batch_size=BATCH),
+      total_steps=1000,
       train_dataset=tf.data.Dataset.from_tensors((features, labels)).repeat())
   times["Trainer step"] = _median_seconds(
       lambda: trainer.train(tf.constant(args.steps))["loss"], args.windows,

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.data import tokenization
+from bertexp.checkpoints import run_dir
 from bertexp.model import modeling
 from bertexp.util import fileio
 
@@ -20,6 +21,7 @@ PARITY_TOLERANCE = 1e-5
 
 @dataclasses.dataclass
 class ConversionReport:
+  """What a conversion mapped, left unmapped or missed, and its parity."""
   mapped: list
   unmapped_source: list     # source tensors with no place in the encoder
   missing: list             # encoder variables with no source tensor
@@ -83,6 +85,7 @@ def hf_assignments(encoder, tensors):
 
 
 def read_safetensors(path):
+  """{name: float32 numpy array} of a safetensors file (a `bert.` prefix dropped)."""
   from safetensors import numpy as st_numpy  # only the converter needs it
   with tf.io.gfile.GFile(path, "rb") as f:
     raw = st_numpy.load(f.read())
@@ -95,6 +98,7 @@ def read_safetensors(path):
 
 
 def hf_config(config_path):
+  """A BertConfig from a Hugging Face config.json."""
   values = fileio.read_json(config_path)
   if values.get("model_type", "bert") != "bert":
     logging.warning("%s: model_type %r, converting as BERT", config_path,
@@ -300,7 +304,8 @@ def convert_tf1(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   if values.get("hidden_act") == "gelu":
     values = dict(values, hidden_act="gelu_tanh")
   config = modeling.BertConfig.from_dict(values, source=input_dir)
-  prefix = modeling.resolve_checkpoint(input_dir)
+  # Every tensor is read below: the checksums are checked there.
+  prefix = run_dir.resolve(input_dir, intact=False)
   reader = tf.train.load_checkpoint(prefix)
   tensors, skipped = {}, []
   for name in sorted(reader.get_variable_to_shape_map()):
@@ -393,7 +398,7 @@ def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   with bert_config.json + vocab.txt. Heads around the encoder are listed."""
   config = modeling.BertConfig.from_json_file(
       fileio.join(input_dir, "bert_config.json"))
-  prefix = modeling.resolve_checkpoint(input_dir)
+  prefix = run_dir.resolve(input_dir, intact=False)
   reader = tf.train.load_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()
   object_prefix = model_garden_encoder_prefix(shapes, config, input_dir)

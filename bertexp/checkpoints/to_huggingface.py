@@ -22,7 +22,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from bertexp.checkpoints import verified
+from bertexp.checkpoints import run_dir
 from bertexp.model import modeling
 from bertexp.util import fileio
 
@@ -42,22 +42,20 @@ _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def _checkpoint_prefix(path):
-  """(checkpoint prefix, run folder or None) of a MODEL_DIR, a prefix or an
-  encoder folder."""
-  if tf.io.gfile.exists(path + ".index"):
-    return path, None
-  if tf.io.gfile.exists(fileio.join(path, "bert_model.ckpt.index")):
-    return fileio.join(path, "bert_model.ckpt"), None
-  latest = verified.latest_intact_checkpoint(path)
-  if latest is None:
-    raise FileNotFoundError(f"{path}: no bertexp checkpoint (a MODEL_DIR, a "
-                            "checkpoint prefix or an encoder folder)")
-  return latest, path
+  """(checkpoint prefix, run folder or None) of a MODEL_DIR, a prefix, a
+  best_checkpoint/ folder or an encoder folder (see run_dir.resolve)."""
+  prefix = run_dir.resolve(path)
+  if run_dir.is_model_dir(path):
+    return prefix, path
+  parent = path.rstrip("/").rsplit("/", 1)[0]
+  if run_dir.best_checkpoint_prefix(path) and run_dir.is_model_dir(parent):
+    return prefix, parent                      # MODEL_DIR/best_checkpoint
+  return prefix, None
 
 
-def _macro(run_dir, name):
+def _macro(run_folder, name):
   """A string macro's value in the run's config.gin, else None."""
-  config = fileio.join(run_dir, "config.gin")
+  config = fileio.join(run_folder, "config.gin")
   if not tf.io.gfile.exists(config):
     return None
   found = re.findall(rf"^\s*{name}\s*=\s*['\"](.+?)['\"]\s*$",
@@ -145,16 +143,16 @@ def _tokenizer_files(do_lower_case):
   return {"tokenizer_config.json": config, "special_tokens_map.json": special}
 
 
-def _sources(run_dir, checkpoint, bert_config_file, vocab_file):
+def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
   """(bert_config.json, vocab.txt, meta data or None) for the export."""
   beside = checkpoint.rsplit("/", 1)[0]
   bert_config_file = (bert_config_file or
-                      (run_dir and _macro(run_dir, "BERT_CONFIG_FILE")) or
+                      (run_folder and _macro(run_folder, "BERT_CONFIG_FILE")) or
                       fileio.join(beside, "bert_config.json"))
   if not tf.io.gfile.exists(bert_config_file):
     raise FileNotFoundError(f"{bert_config_file}: no bert_config.json (pass "
                             "--bert_config_file)")
-  meta_path = run_dir and _macro(run_dir, "INPUT_META_DATA_PATH")
+  meta_path = run_folder and _macro(run_folder, "INPUT_META_DATA_PATH")
   meta = (fileio.read_json(meta_path)
           if meta_path and tf.io.gfile.exists(meta_path) else None)
   candidates = [vocab_file, meta and meta.get("vocab_file"),
@@ -172,8 +170,8 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
                        vocab_file=None):
   """Writes a Hugging Face model folder; returns (architecture, tensors)."""
   from safetensors.numpy import save as save_safetensors
-  checkpoint, run_dir = _checkpoint_prefix(input_path)
-  bert_config_file, vocab, meta = _sources(run_dir, checkpoint,
+  checkpoint, run_folder = _checkpoint_prefix(input_path)
+  bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
                                            bert_config_file, vocab_file)
   config = modeling.BertConfig.from_json_file(bert_config_file)
   reader = tf.train.load_checkpoint(checkpoint)

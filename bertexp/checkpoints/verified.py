@@ -42,6 +42,7 @@ def checkpoint_files(prefix):
 
 
 def manifest_path(prefix):
+  """The manifest file of checkpoint `prefix`."""
   return prefix + ".manifest.json"
 
 
@@ -79,7 +80,9 @@ def problem(prefix):
   # checkpoint and its manifest): read every tensor; the bundle format
   # checks each tensor's own checksum.
   try:
-    reader = tf.train.load_checkpoint(prefix)
+    # A reader on the prefix itself: tf.train.load_checkpoint takes a prefix
+    # on ram:// (where a prefix of files reads as a folder) for a directory.
+    reader = tf.compat.v1.train.NewCheckpointReader(prefix)
     for name in reader.get_variable_to_shape_map():
       reader.get_tensor(name)
   except (tf.errors.OpError, ValueError) as e:

@@ -107,6 +107,11 @@ def _check_range(path, what, values, low, high, limit):
 
 
 def list_files(file_pattern):
+  """The files of a comma-separated list of glob patterns, each sorted.
+
+  Raises:
+    FileNotFoundError: a pattern matches no file.
+  """
   patterns = file_pattern.split(",")
   files = []
   for pattern in patterns:
@@ -291,4 +296,5 @@ def trim_to(features, length):
 
 
 def eval_steps(num_examples, global_batch_size):
+  """Batches that cover `num_examples` once (the last one padded)."""
   return max(1, math.ceil(num_examples / global_batch_size))

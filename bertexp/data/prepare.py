@@ -162,6 +162,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
 
 def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
                  do_lower_case=True, max_position_embeddings=None):
+  """`bertexp prepare glue`: a GLUE task's folder -> TFRecords + meta data."""
   spec = readers.glue_spec(task)
   splits = [("train", readers.read_glue(
       spec, fileio.join(input_dir, spec.train), True), True)]
@@ -186,6 +187,7 @@ def prepare_classification(*, task_name, train_file, eval_file, test_file=None,
                            regression=False, vocab_file, output_dir,
                            max_seq_length=128, do_lower_case=True,
                            id_column=None, max_position_embeddings=None):
+  """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data."""
   if not 1 <= len(text_columns) <= 2:
     raise ValueError(f"--text_columns takes one or two names, got {text_columns}")
   # A named id column must exist where the ids are written out: the test

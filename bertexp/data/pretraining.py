@@ -40,6 +40,7 @@ FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
 
 @dataclasses.dataclass(frozen=True)
 class Options:
+  """The options of `bertexp prepare pretraining` (create_pretraining_data's flags)."""
   vocab_file: str
   max_seq_length: int = 128
   max_predictions_per_seq: int = 20
@@ -442,4 +443,5 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
 
 
 def meta_path(output_file):
+  """The meta data file written beside `output_file`."""
   return os.path.splitext(output_file)[0] + "_meta_data"

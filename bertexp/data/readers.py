@@ -16,6 +16,7 @@ csv.field_size_limit(1 << 30)
 
 @dataclasses.dataclass
 class Rows:
+  """The columns read from one file: texts, labels, ids and line numbers."""
   path: str
   text_a: List[str]
   text_b: Optional[List[str]]
@@ -83,6 +84,7 @@ GLUE_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "sts": "sts-b",
 
 
 def glue_spec(task):
+  """The file layout of a GLUE task (names and aliases as GLUE spells them)."""
   key = task.lower()
   key = GLUE_ALIASES.get(key, key)
   if key not in GLUE_TASKS:
@@ -192,6 +194,7 @@ def read_table(path, text_columns, label_column=None, id_column=None,
 
 def read_jsonl(path, text_columns, label_column=None, id_column=None,
                id_required=False):
+  """Rows of a JSON-lines file, one object a line, columns by key."""
   rows = Rows(path, [], [] if len(text_columns) > 1 else None,
               [] if label_column else None, [], [])
   lines = _split_lines(path, fileio.read_text(path))
@@ -224,6 +227,7 @@ def read_jsonl(path, text_columns, label_column=None, id_column=None,
 
 def read_any(path, text_columns, label_column=None, id_column=None,
              id_required=False):
+  """Rows of a .jsonl/.json, .csv or .tsv file, by its extension."""
   if path.lower().endswith((".jsonl", ".json")):
     return read_jsonl(path, text_columns, label_column, id_column, id_required)
   return read_table(path, text_columns, label_column, id_column,

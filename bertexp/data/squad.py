@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Dict, List
 
-from bertexp.tasks import squad_scoring
+from bertexp.data import squad_json
 from bertexp.util import fileio
 
 
@@ -23,6 +23,7 @@ def _is_whitespace(ch):
 
 @dataclasses.dataclass
 class SquadExample:
+  """One SQuAD question with its context's whitespace words and answer."""
   qid: str
   question: str
   doc_tokens: List[str]
@@ -34,6 +35,7 @@ class SquadExample:
 
 @dataclasses.dataclass
 class ReadStats:
+  """Counts of what reading a SQuAD file kept and skipped."""
   questions: int = 0
   impossible: int = 0
   skipped_answer_not_found: int = 0
@@ -65,7 +67,7 @@ def _paragraphs(path, dataset):
   """Yields (a, p, paragraph) of a SQuAD dataset, checking its structure."""
   if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
     raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
-  objects = squad_scoring.json_objects
+  objects = squad_json.json_objects
   for a, article in enumerate(objects(dataset["data"], f"{path}: data")):
     paragraphs = objects(article.get("paragraphs", []),
                          f"{path}: data[{a}].paragraphs")
@@ -123,7 +125,7 @@ def _locate_answer(example, qa, char_to_word, context, where):
   if not answers:
     raise ValueError(f"{where}: a training question needs one answer "
                      "(or is_impossible true)")
-  answer = squad_scoring.json_objects(answers, f"{where}.answers")[0]
+  answer = squad_json.json_objects(answers, f"{where}.answers")[0]
   if not isinstance(answer.get("text"), str) or "answer_start" not in answer:
     raise ValueError(f"{where}.answers[0]: needs a 'text' string and "
                      "'answer_start'")

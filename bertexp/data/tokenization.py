@@ -97,7 +97,8 @@ class Tokenizer:
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.
-    self._tokenizer = tf_text.FastBertTokenizer(
+    # A tf.Module: an export that tracks it saves its vocabulary table.
+    self.wordpiece = tf_text.FastBertTokenizer(
         vocab=self.vocab, token_out_type=tf.int64, unknown_token="[UNK]",
         max_bytes_per_word=MAX_BYTES_PER_WORD,
         no_pretokenization=False, support_detokenization=True,
@@ -108,7 +109,7 @@ class Tokenizer:
 
   def tokenize_tf(self, texts):
     """tf.string [B] -> ragged int64 [B, (tokens)] (words merged)."""
-    return self._tokenizer.tokenize(self.normalize(texts))
+    return self.wordpiece.tokenize(self.normalize(texts))
 
   def tokenize(self, texts, batch_size=8192):
     """list of str -> list of int32 numpy arrays, one per text."""

@@ -10,12 +10,12 @@ same corpus gives the same file.
 import logging
 
 import tensorflow as tf
-from tensorflow_text.python.ops import bert_tokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from bertexp.data import pipeline
 from bertexp.data import tokenization
 from bertexp.util import fileio
+from bertexp.util import private_apis
 
 
 def _is_cjk_piece(token):
@@ -36,7 +36,7 @@ def build_vocab(input_files, vocab_size, output, *, do_lower_case=True,
   if vocab_size <= len(reserved):
     raise ValueError(f"--vocab_size {vocab_size} leaves no room beside the "
                      f"reserved tokens {reserved}")
-  splitter = bert_tokenizer.BasicTokenizer(lower_case=False)
+  splitter = private_apis.basic_tokenizer(lower_case=False)
   lines = tf.data.TextLineDataset(files).filter(
       lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
   words = lines.batch(batch_size).map(

@@ -130,6 +130,11 @@ def portable_activations():
 
 
 def get_activation(name):
+  """The activation function named in bert_config.json's `hidden_act`.
+
+  Raises:
+    ValueError: an unknown name.
+  """
   if name.lower() == "gelu" and _PORTABLE_ACTIVATIONS:
     return lambda x: tf.nn.gelu(x, approximate=False)
   try:
@@ -178,6 +183,19 @@ def fold_seed(seed, salt):
   return tf.random.experimental.stateless_fold_in(seed, salt)
 
 
+def fresh_dropout_seed():
+  """A new [2] int64 seed from TensorFlow's global random generator.
+
+  For an encoder called for training outside bertexp's Trainer (a user's own
+  Keras loop or `model.fit`): every layer then folds its salt into it and
+  draws the same 16-bit stateless masks as under the Trainer, instead of
+  tf.nn.dropout's float draw per element, and a recomputed block (recompute)
+  draws the masks of its first pass. `tf.random.set_seed` makes it
+  repeatable.
+  """
+  return tf.random.uniform([2], maxval=2 ** 62, dtype=tf.int64)
+
+
 class Dropout(tf_keras.layers.Layer):
   """Dropout whose mask is a pure function of the seed it is called with.
 
@@ -186,7 +204,9 @@ class Dropout(tf_keras.layers.Layer):
   exactly the masks an uninterrupted run would, and a recomputed forward pass
   (bertexp.build_encoder.recompute) draws the same masks as the first one.
   Nothing random is stored in the layer: checkpoints hold weights only.
-  Without a seed (a model called outside the trainer) masks are unseeded.
+  BertEncoder draws a fresh seed when called for training without one
+  (fresh_dropout_seed); a Dropout layer called alone without a seed falls
+  back to tf.nn.dropout.
   """
 
   def __init__(self, rate, **kwargs):
@@ -362,6 +382,8 @@ class BertEncoder(tf_keras.Model):
     mask = tf.cast(inputs["input_mask"], tf.float32)
     type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    if dropout_seed is None and training is True:
+      dropout_seed = fresh_dropout_seed()
     x = tf.cast(self.embeddings(word_ids, type_ids, training=training,
                                 dropout_seed=fold_seed(dropout_seed, 0)),
                 tf.float32)                                          # [B, S, H]
@@ -385,6 +407,12 @@ class BertEncoder(tf_keras.Model):
 
   def dummy_inputs(self):
     return dummy_inputs()
+
+  def get_config(self):
+    """For Keras' saving metadata (bertexp restores weights from
+    checkpoints, never from a config)."""
+    return {"config": dataclasses.asdict(self.config),
+            "recompute": self.recompute}
 
   def build_variables(self):
     """Creates all variables by one call on dummy inputs; returns self."""
@@ -427,38 +455,7 @@ class ClassifierModel(tf_keras.Model):
     self(self.encoder.dummy_inputs(), training=False)
     return self
 
-
-def load_encoder(bert_config_file, checkpoint=None):
-  """Builds the encoder from a bert_config.json; restores `checkpoint` if given.
-
-  `checkpoint` is a bertexp checkpoint prefix (e.g. OUT/bert_model.ckpt) or a
-  folder holding one. Every encoder variable must be found in it.
-  """
-  config = BertConfig.from_json_file(bert_config_file)
-  encoder = BertEncoder(config).build_variables()
-  if checkpoint:
-    restore_encoder(encoder, checkpoint)
-  return encoder
-
-
-def resolve_checkpoint(path):
-  """A checkpoint prefix from a prefix or a folder (its latest checkpoint)."""
-  if tf.io.gfile.exists(path + ".index"):
-    return path
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest:
-      return latest
-    candidate = path.rstrip("/") + "/bert_model.ckpt"
-    if tf.io.gfile.exists(candidate + ".index"):
-      return candidate
-    raise FileNotFoundError(f"{path}: folder holds no checkpoint")
-  raise FileNotFoundError(f"{path}: no checkpoint (missing {path}.index)")
-
-
-def restore_encoder(encoder, checkpoint):
-  """Restores encoder weights only (what INIT_CHECKPOINT means)."""
-  prefix = resolve_checkpoint(checkpoint)
-  status = tf.train.Checkpoint(encoder=encoder).read(prefix)
-  status.assert_existing_objects_matched()
-  return prefix
+  def get_config(self):
+    """For Keras' saving metadata (see BertEncoder.get_config)."""
+    return {"encoder": self.encoder.get_config(),
+            "num_labels": self.num_labels}

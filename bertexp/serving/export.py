@@ -17,41 +17,17 @@ import time
 
 import tensorflow as tf
 
-from bertexp.data import tokenization
-from bertexp.tasks import squad_serving
 from bertexp.util import fileio
 
-_TEXT = tf.TensorSpec([None], tf.string)
-
-
 class _ServingModule(tf.Module):
+  """What an export saves: the model, `serving_default` on token ids, and
+  the task's raw-text module (its tokenizer) when it has one."""
 
   def __init__(self, model, task):
     super().__init__()
     self.model = model
     self._serving_outputs = task.serving_outputs
-    self.text_spec = task.text_serving()
-    if self.text_spec:
-      self._tokenizer = tokenization.Tokenizer(self.text_spec["vocab_file"],
-                                               self.text_spec["do_lower_case"])
-      self.wordpiece = self._tokenizer._tokenizer     # tracked: saved with us
-
-  def _serve_packed(self, text_a, text_b):
-    inputs = tokenization.pack_tf(self._tokenizer, text_a, text_b,
-                                  self.text_spec["max_seq_length"])
-    return self._serving_outputs(self.model(inputs, training=False))
-
-  def text_signature(self):
-    if self.text_spec.get("kind") == "span":
-      return tf.function(
-          lambda question, context: squad_serving.answer(
-              self._tokenizer, self.model, self.text_spec, question, context),
-          input_signature=[_TEXT, _TEXT]).get_concrete_function()
-    if self.text_spec["num_text_features"] == 1:
-      return tf.function(lambda text: self._serve_packed(text, None),
-                         input_signature=[_TEXT]).get_concrete_function()
-    return tf.function(lambda text_a, text_b: self._serve_packed(text_a, text_b),
-                       input_signature=[_TEXT, _TEXT]).get_concrete_function()
+    self.text = task.text_serving(model)      # tracked: saved with the model
 
   @tf.function(input_signature=[{
       name: tf.TensorSpec([None, None], tf.int32, name)
@@ -67,8 +43,8 @@ def export_saved_model(task, model, model_dir, version=None):
   tmp_dir = fileio.temp_name(export_dir)
   module = _ServingModule(model, task)
   signatures = {"serving_default": module.serve.get_concrete_function()}
-  if module.text_spec:
-    signatures["serve_text"] = module.text_signature()
+  if module.text is not None:
+    signatures["serve_text"] = module.text.signature()
   tf.saved_model.save(module, tmp_dir, signatures=signatures)
   tf.io.gfile.rename(tmp_dir, export_dir, overwrite=True)
   logging.info("exported SavedModel to %s", export_dir)

@@ -74,6 +74,7 @@ def _fmt(value):
 
 
 def write_csv(rows, path):
+  """results.csv: a row per trial (status, bindings, metrics, speed, error)."""
   keys = sorted({k for r in rows for k in r["bindings"]})
   eval_keys = sorted({k for r in rows for k in r["eval"]})
   columns = (["trial", "status"] + keys + [_metric_name(rows)] +
@@ -98,6 +99,8 @@ def _config_text(config):
 
 
 def write_markdown(rows, path):
+  """results.md: the trials, then per configuration mean, std and max over seeds;
+  returns the configuration with the best mean."""
   name = _metric_name(rows)
   lines = [f"# Sweep results ({name}, on the eval split)", "",
            f"| trial | status | {name} | steps | warmup |", "|---|---|---|---|---|"]
@@ -175,6 +178,7 @@ def plot(rows, path):
 
 
 def write(output_dir):
+  """results.csv, results.md and results.png of a sweep folder."""
   rows = collect(output_dir)
   write_csv(rows, os.path.join(output_dir, "results.csv"))
   best = write_markdown(rows, os.path.join(output_dir, "results.md"))

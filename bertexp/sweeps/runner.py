@@ -27,6 +27,7 @@ _ABBREVIATIONS = {"TRAIN_BATCH_SIZE": "bs", "LEARNING_RATE": "lr",
 
 @dataclasses.dataclass
 class Trial:
+  """One trial of a sweep: its folder name and its gin bindings."""
   name: str
   bindings: dict           # grid bindings + SEED
 
@@ -78,6 +79,7 @@ def _include_path(gin_file):
 
 
 def trial_gin_text(trial, gin_files, gin_params, model_dir, cpu_threads):
+  """The trial.gin that reruns this trial alone."""
   lines = [f"# Trial {trial.name}: rerun alone with",
            f"#   bertexp train --gin_file={model_dir}/trial.gin "
            "--gin_param='MODEL_DIR=\"another/folder\"'"]
@@ -170,15 +172,24 @@ def plan(trials, gin_files, gin_params, output_dir):
                                  for k, v in trial.bindings.items()]
     params.append(f"MODEL_DIR={_gin_literal(os.path.join(output_dir, trial.name))}")
     gin_setup.parse_gin(gin_files, params)
-    rows.append(dict(experiment.experiment(mode="plan"), trial=trial.name))
+    try:
+      rows.append(dict(experiment.experiment(mode="plan"), trial=trial.name))
+    except (FileNotFoundError, ValueError) as e:   # e.g. data not prepared yet
+      rows.append({"trial": trial.name, "bindings": trial.bindings,
+                   "unavailable": str(e)})
   return rows
 
 
 def run_sweep(args):
+  """`bertexp sweep`: plans (--dry_run) or runs the trials; returns their results."""
   trials = expand(grids.load_grid(args.grid), args.seeds, args.first_seed)
   if args.dry_run:
     print(f"{len(trials)} trials ({args.grid} x {args.seeds} seeds):")
     for row in plan(trials, args.gin_file, args.gin_param, args.output_dir):
+      if "unavailable" in row:
+        print(f"  {row['trial']}: {row['bindings']} (no schedule yet: "
+              f"{row['unavailable']})", flush=True)
+        continue
       print(f"  {row['trial']}: global batch {row['global_batch_size']}, "
             f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
             f"evaluation), warmup {row['warmup_steps']}", flush=True)

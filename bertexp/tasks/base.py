@@ -5,7 +5,7 @@ the strategy scope. It never owns a train step: the trainer calls `loss`,
 `update_train_metrics`, `eval_outputs` and `finalize_eval`.
 """
 import abc
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -14,29 +14,66 @@ from bertexp.data import pipeline
 
 
 class Task(abc.ABC):
+  """The plugin interface: what a task supplies to the one Trainer.
+
+  A task is a small object built from gin bindings; it creates no TF
+  variables until `build_model` is called inside the strategy's scope, and
+  it never writes a train step: the Trainer calls `loss_weights` /
+  `loss_numerators` (or `per_example_loss`), the train metrics,
+  `eval_outputs` and `finalize_eval`. The loop around it (checkpoints,
+  resume, evaluation schedule) is the same for every task.
+
+  A new task subclasses Task, implements the abstract methods, is
+  registered with `@gin.configurable(module="bertexp")` and imported in
+  bertexp/registry.py; a .gin file then binds
+  `bertexp.experiment.task = @bertexp.MyTask()`.
+
+  Shape legend: B examples in a (per-replica) batch, S sequence length.
+  """
 
   @abc.abstractmethod
   def build_model(self) -> tf_keras.Model:
-    """The model, variables created (call inside strategy.scope())."""
+    """The model, variables created (call inside strategy.scope()).
+
+    Returns:
+      A tf_keras.Model taking the features dict (int32 [B, S] ids) and
+      returning what `per_example_loss` and `eval_outputs` read.
+    """
 
   @abc.abstractmethod
   def build_inputs(self, split: str, input_context=None, batch_size: int = 0,
                    train_order=None) -> tf.data.Dataset:
-    """(features, labels) batches of `split`; features["example_weight"].
+    """(features, labels) batches of `split`.
 
-    Training reads in the order of `train_order`
-    (`bertexp.data.pipeline.TrainOrder`: seed and start position; default
-    the task's seed from the start) and adds features["record_index"]."""
+    Args:
+      split: "train", an eval split of `eval_splits` or a predict split.
+      input_context: the tf.distribute.InputContext of this input pipeline
+        (sharding), or None.
+      batch_size: examples per batch of this pipeline (per replica).
+      train_order: for "train", a `bertexp.data.pipeline.TrainOrder` (seed
+        and start position; default: the task's seed from the start).
+    Returns:
+      A dataset of (features, labels); features["example_weight"] [B] is 0
+      on padding rows, and training adds features["record_index"] [B].
+    """
 
-  def default_train_order(self, train_order):
+  def default_train_order(self, train_order: Optional[pipeline.TrainOrder]
+                          ) -> pipeline.TrainOrder:
     """`train_order`, or the task's seed (0 when None) from the start."""
     return train_order or pipeline.TrainOrder(seed=getattr(self, "seed", 0) or 0)
 
   @abc.abstractmethod
-  def per_example_loss(self, labels, outputs) -> tf.Tensor:
-    """[B] loss of each example; the trainer averages over the global batch."""
+  def per_example_loss(self, labels: Any, outputs: Any) -> tf.Tensor:
+    """The loss of each example.
 
-  def loss_weights(self, labels) -> Dict[str, tf.Tensor]:
+    Args:
+      labels: the labels of a batch, as `build_inputs` yields them.
+      outputs: the model's outputs for that batch.
+    Returns:
+      [B] float32; the trainer averages it over the global batch.
+    """
+
+  def loss_weights(self, labels: Any) -> Dict[str, tf.Tensor]:
     """{term: [B] weights}, from the labels alone.
 
     The training loss is a sum of terms; each term is the sum of its
@@ -48,7 +85,7 @@ class Task(abc.ABC):
     first = tf.nest.flatten(labels)[0]
     return {"loss": tf.ones(tf.shape(first)[:1], tf.float32)}
 
-  def loss_numerators(self, labels, outputs) -> Dict[str, tf.Tensor]:
+  def loss_numerators(self, labels: Any, outputs: Any) -> Dict[str, tf.Tensor]:
     """{term: [B]} numerators matching `loss_weights`' terms."""
     return {"loss": self.per_example_loss(labels, outputs)}
 
@@ -56,53 +93,88 @@ class Task(abc.ABC):
     """Streaming, in-graph metrics reported every loop (besides the loss)."""
     return []
 
-  def update_train_metrics(self, metrics, labels, outputs):
+  def update_train_metrics(self, metrics: List[tf_keras.metrics.Metric],
+                           labels: Any, outputs: Any) -> None:
+    """Updates `build_train_metrics`' metrics with one batch."""
     del metrics, labels, outputs
 
   @abc.abstractmethod
-  def eval_outputs(self, features, labels, outputs) -> Dict[str, tf.Tensor]:
-    """Per-example tensors gathered to the host for `finalize_eval`."""
+  def eval_outputs(self, features: Dict[str, tf.Tensor], labels: Any,
+                   outputs: Any) -> Dict[str, tf.Tensor]:
+    """Per-example tensors gathered to the host for `finalize_eval`.
+
+    Returns:
+      {name: [B, ...] tensor}; rows of every replica are gathered in the
+      eval file's order, padding rows included (their example_weight is 0).
+    """
 
   @abc.abstractmethod
-  def finalize_eval(self, gathered: Dict) -> Dict[str, float]:
-    """Whole-eval-set metrics from the gathered numpy arrays."""
+  def finalize_eval(self, gathered: Dict[str, Any]) -> Dict[str, float]:
+    """Whole-eval-set metrics (F1, MCC, Spearman, EM...).
+
+    Args:
+      gathered: {name: numpy array} of `eval_outputs` over the whole split.
+    Returns:
+      {metric name: value}.
+    """
 
   def eval_splits(self) -> Dict[str, int]:
     """{split name: number of examples} to evaluate on."""
     return {}
 
-  def serving_outputs(self, outputs) -> Dict[str, tf.Tensor]:
+  def serving_outputs(self, outputs: Any) -> Dict[str, tf.Tensor]:
     """What the exported SavedModel returns for the model's outputs."""
     raise NotImplementedError(f"{type(self).__name__} cannot be exported")
 
-  def text_serving(self):
-    """None, or what a raw-text serving signature needs (see export.py)."""
+  def text_serving(self, model: tf_keras.Model) -> Optional[tf.Module]:
+    """The raw-text serving signature of an export, or None.
+
+    Args:
+      model: the task's model, weights restored.
+    Returns:
+      A tf.Module whose `signature()` gives the concrete function saved as
+      `serve_text` (it tracks the tokenizer, so the export carries the
+      vocabulary), or None when the task serves token ids only.
+    """
+    del model
     return None
 
-  def predict_splits(self):
+  def predict_splits(self) -> List[str]:
     """Splits that --mode=predict writes predictions for."""
     return []
 
-  def write_predictions(self, gathered, output_dir, split):
+  def write_predictions(self, gathered: Dict[str, Any], output_dir: str,
+                        split: str) -> Any:
+    """Writes the prediction files of `split` into `output_dir`.
+
+    Args:
+      gathered: {name: numpy array} of `eval_outputs` over the split.
+      output_dir: the (worker's) MODEL_DIR.
+      split: one of `predict_splits`.
+    Returns:
+      What was written (paths, counts), for the log and the caller.
+    Raises:
+      NotImplementedError: the task cannot predict.
+    """
     raise NotImplementedError(f"{type(self).__name__} cannot predict")
 
-  def input_files(self) -> Dict:
+  def input_files(self) -> Dict[str, Any]:
     """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
     return {"vocab_file": None, "data_files": []}
 
-  def check_training_data(self):
+  def check_training_data(self) -> None:
     """Before the first step: raises a clear error when the training files
     disagree with the configuration (see
     `bertexp.data.pipeline.check_training_files`)."""
 
-  def after_training(self, model, model_dir):
+  def after_training(self, model: tf_keras.Model, model_dir: str) -> None:
     """Called once training ends (e.g. pretraining writes its encoder)."""
     del model, model_dir
 
   def num_train_examples(self) -> int:
     return 0
 
-  def model_shape(self):
+  def model_shape(self) -> Tuple[Any, int, Any]:
     """(BertConfig, max_seq_length, bertexp.model.memory_plan.Head): what the
     memory plan of --mode=plan needs, read without building the model."""
     raise NotImplementedError

@@ -12,6 +12,7 @@ from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.tasks import text_serving
 from bertexp.tasks import glue_metrics
 from bertexp.util import fileio
 
@@ -205,16 +206,19 @@ class ClassificationTask(base.Task):
     return {"probabilities": probabilities,
             "label": tf.gather(tf.constant(names), tf.argmax(probabilities, -1))}
 
-  def text_serving(self):
-    """What a raw-text signature needs: the tokenizer and packing of the data."""
+  def text_serving(self, model):
+    """`serve_text`: raw text packed as `bertexp prepare` packed it (None,
+    with a warning, when the meta data's vocab_file is not there)."""
     vocab = self.meta.get("vocab_file")
     if not vocab or not tf.io.gfile.exists(vocab):
       logging.warning("%s: vocab_file %r not found: no serve_text signature",
                       self.meta_data_path, vocab)
       return None
-    return {"vocab_file": vocab, "do_lower_case": self.meta.get("do_lower_case", True),
-            "max_seq_length": self.meta["max_seq_length"],
-            "num_text_features": self.meta.get("num_text_features", 1)}
+    return text_serving.PackedTextServing(
+        model, self.serving_outputs, vocab_file=vocab,
+        do_lower_case=self.meta.get("do_lower_case", True),
+        max_seq_length=self.meta["max_seq_length"],
+        num_text_features=self.meta.get("num_text_features", 1))
 
   def input_files(self):
     return {"vocab_file": self.meta.get("vocab_file"),

@@ -3,10 +3,12 @@ import numpy as np
 
 
 def accuracy(labels, predictions):
+  """The fraction of predictions equal to the labels."""
   return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
 
 
 def f1(labels, predictions, positive=1):
+  """F1 of the `positive` class (MRPC, QQP)."""
   labels, predictions = np.asarray(labels), np.asarray(predictions)
   tp = np.sum((predictions == positive) & (labels == positive))
   fp = np.sum((predictions == positive) & (labels != positive))
@@ -26,6 +28,7 @@ def matthews_corrcoef(labels, predictions):
 
 
 def pearson(x, y):
+  """Pearson's correlation of x and y (0.0 when either is constant)."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   x, y = x - x.mean(), y - y.mean()
   denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
@@ -49,6 +52,7 @@ def _average_ranks(values):
 
 
 def spearman(x, y):
+  """Spearman's correlation: Pearson's of the average ranks (ties share one)."""
   return pearson(_average_ranks(x), _average_ranks(y))
 
 
@@ -70,6 +74,7 @@ def classification_metrics(names, labels, logits):
 
 
 def regression_metrics(names, labels, values):
+  """{name: value} of the regression metrics `names` (pearson, spearman, mse)."""
   funcs = {"pearson": pearson, "spearman": spearman,
            "mse": lambda y, p: float(np.mean((np.asarray(y) - p) ** 2))}
   return {name: funcs[name](labels, values) for name in names}

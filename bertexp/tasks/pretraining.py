@@ -30,6 +30,11 @@ from bertexp.util import fileio
 
 
 class PretrainingModel(tf_keras.Model):
+  """Encoder + the MLM head (tied to the word embeddings) + the NSP head."""
+
+  def get_config(self):
+    """For Keras' saving metadata (see BertEncoder.get_config)."""
+    return {"encoder": self.encoder.get_config()}
 
   def __init__(self, encoder, seed=None, **kwargs):
     super().__init__(**kwargs)

@@ -13,6 +13,7 @@ import tf_keras
 
 from bertexp.data import pipeline
 from bertexp.data import squad as squad_data
+from bertexp.data import squad_json
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
@@ -20,6 +21,7 @@ from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks import squad_answers
 from bertexp.tasks import squad_scoring
+from bertexp.tasks import squad_serving
 from bertexp.util import fileio
 
 
@@ -34,6 +36,10 @@ class SpanModel(tf_keras.Model):
         2, kernel_initializer=tf_keras.initializers.TruncatedNormal(
             stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="span_head")
+
+  def get_config(self):
+    """For Keras' saving metadata (see BertEncoder.get_config)."""
+    return {"encoder": self.encoder.get_config()}
 
   def call(self, inputs, training=None, dropout_seed=None):
     sequence = self.encoder(inputs, training=training,
@@ -165,16 +171,18 @@ class QuestionAnsweringTask(base.Task):
   def serving_outputs(self, outputs):
     return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
 
-  def text_serving(self):
-    """serve_text: (question, context) -> answer, as bertexp.tasks.squad_serving."""
-    return {"kind": "span", "vocab_file": self.vocab_file,
-            "do_lower_case": self.meta.get("do_lower_case", True),
-            "max_seq_length": self.meta["max_seq_length"],
-            "max_query_length": self.meta["max_query_length"],
-            "n_best_size": self.n_best_size,
-            "max_answer_length": self.max_answer_length,
-            "version_2_with_negative": self.version_2_with_negative,
-            "null_score_diff_threshold": self.null_score_diff_threshold}
+  def text_serving(self, model):
+    """`serve_text`: (question, context) -> answer, in the graph (see
+    bertexp.tasks.squad_serving)."""
+    return squad_serving.SpanServing(model, {
+        "vocab_file": self.vocab_file,
+        "do_lower_case": self.meta.get("do_lower_case", True),
+        "max_seq_length": self.meta["max_seq_length"],
+        "max_query_length": self.meta["max_query_length"],
+        "n_best_size": self.n_best_size,
+        "max_answer_length": self.max_answer_length,
+        "version_2_with_negative": self.version_2_with_negative,
+        "null_score_diff_threshold": self.null_score_diff_threshold})
 
   def per_example_loss(self, labels, outputs):
     # outputs [B, S, 2] logits; labels [B, 2] start/end positions
@@ -204,7 +212,7 @@ class QuestionAnsweringTask(base.Task):
 
   def finalize_eval(self, gathered):
     predictions, _, null_odds = self._answers(gathered)
-    dataset = squad_scoring.load_json(self.predict_file, "dataset")
+    dataset = squad_json.load_json(self.predict_file, "dataset")
     if self.version_2_with_negative:
       return squad_scoring.evaluate_v2(dataset, predictions, null_odds)
     return squad_scoring.evaluate_v1(dataset, predictions)

@@ -18,6 +18,7 @@ import numpy as np
 
 @dataclasses.dataclass
 class Candidate:
+  """One n-best answer: its text and its start and end logits."""
   text: str
   start_logit: float
   end_logit: float
@@ -171,6 +172,7 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
 
 
 def probabilities(candidates):
+  """Softmax of the candidates' scores (start + end logit), in their order."""
   scores = np.array([c.score for c in candidates], np.float64)
   exp = np.exp(scores - scores.max())
   return exp / exp.sum()

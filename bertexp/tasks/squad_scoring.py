@@ -16,6 +16,8 @@ import re
 import string
 import sys
 
+from bertexp.data.squad_json import load_json
+
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
@@ -29,6 +31,7 @@ def normalize_answer(text):
 
 
 def exact_score(gold, prediction):
+  """1 when the normalised answers are equal, else 0 (the official rule)."""
   return int(normalize_answer(gold) == normalize_answer(prediction))
 
 
@@ -55,6 +58,7 @@ def _questions(dataset):
 
 
 def check_prediction_ids(dataset, predictions, data_file="dataset"):
+  """Raises ValueError naming prediction ids that are not questions of the data."""
   known = {qa["id"] for qa in _questions(dataset)}
   unknown = sorted(set(predictions) - known)
   if unknown:
@@ -63,6 +67,7 @@ def check_prediction_ids(dataset, predictions, data_file="dataset"):
 
 
 def evaluate_v1(dataset, predictions, log=sys.stderr):
+  """The official v1.1 script's result: {"exact_match", "f1"} in percent."""
   exact = f1 = total = 0
   for qa in _questions(dataset):
     total += 1
@@ -126,6 +131,8 @@ def _best_threshold(predictions, scores, na_probs, has_answer):
 
 def evaluate_v2(dataset, predictions, na_probs=None, na_prob_threshold=1.0,
                 log=sys.stderr):
+  """The official v2.0 script's result: exact, f1, total, HasAns_* and NoAns_*
+  and, with null odds, the best thresholds (percentages)."""
   with_odds = na_probs is not None
   na_probs = na_probs if with_odds else {q: 0.0 for q in predictions}
   exact_raw, f1_raw, has_answer = _raw_scores_v2(dataset, predictions, log)
@@ -154,46 +161,6 @@ def is_v2(dataset):
   if str(dataset.get("version", "")).lstrip("v").startswith("2"):
     return True
   return any(qa.get("is_impossible") for qa in _questions(dataset))
-
-
-def json_objects(value, where):
-  """`value` if it is a list of JSON objects, else a clear error."""
-  if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-    raise ValueError(f"{where}: expected a list of JSON objects")
-  return value
-
-
-def _check_dataset(path, value):
-  """The structure the official script reads, or a clear error."""
-  if not isinstance(value, dict) or not isinstance(value.get("data"), list):
-    raise ValueError(f"{path}: not a SQuAD dataset (no top-level 'data' list)")
-  for a, article in enumerate(json_objects(value["data"], f"{path}: data")):
-    where = f"{path}: data[{a}].paragraphs"
-    for p, paragraph in enumerate(json_objects(article.get("paragraphs", []),
-                                           where)):
-      for q, qa in enumerate(json_objects(paragraph.get("qas", []),
-                                      f"{where}[{p}].qas")):
-        at = f"{where}[{p}].qas[{q}]"
-        if not isinstance(qa.get("id"), str):
-          raise ValueError(f"{at}: needs an 'id' string")
-        if "answers" not in qa:
-          raise ValueError(f"{at} has no 'answers'")
-        answers = json_objects(qa["answers"], f"{at}.answers")
-        if not all(isinstance(answer.get("text"), str) for answer in answers):
-          raise ValueError(f"{at}.answers: each needs a 'text' string")
-
-
-def load_json(path, what):
-  from bertexp.util import fileio
-  value = fileio.read_json(path)
-  if what == "dataset":
-    _check_dataset(path, value)
-  elif not isinstance(value, dict) or not all(
-      isinstance(v, str if what == "predictions" else (float, int)) and
-      not isinstance(v, bool) for v in value.values()):
-    raise ValueError(f"{path}: expected a JSON object of question id -> "
-                     f"{'answer text' if what == 'predictions' else 'number'}")
-  return value
 
 
 def evaluate_files(data_file, pred_file, na_prob_file=None,

@@ -56,7 +56,7 @@ def answer(tokenizer, model, spec, question, context):
   words = tf_text.regex_split(context, _WHITESPACE)                  # [B, (W)]
   flat_words = words.flat_values                                     # [Nw]
   normalized = tokenizer.normalize(flat_words)
-  pieces, piece_start, piece_end = tokenizer._tokenizer.tokenize_with_offsets(
+  pieces, piece_start, piece_end = tokenizer.wordpiece.tokenize_with_offsets(
       normalized)                                                    # [Nw, (P)]
   context_ids = tf.RaggedTensor.from_row_splits(
       pieces.values, tf.gather(pieces.row_splits, words.row_splits))  # [B, (T)]
@@ -110,3 +110,34 @@ def answer(tokenizer, model, spec, question, context):
     outputs["answer"] = tf.where(diff > spec["null_score_diff_threshold"], "",
                                  text)
   return outputs
+
+
+class SpanServing(tf.Module):
+  """The `serve_text` signature of a question-answering export.
+
+  Tracks the model and the WordPiece tokenizer, so an export that holds
+  this module saves the vocabulary table with the weights.
+  """
+
+  def __init__(self, model, spec):
+    """Args:
+      model: the span model (token ids -> [B, S, 2] logits).
+      spec: vocab_file, do_lower_case, max_seq_length, max_query_length,
+        n_best_size, max_answer_length, version_2_with_negative,
+        null_score_diff_threshold.
+    """
+    super().__init__()
+    self.model = model
+    self.spec = dict(spec)
+    self._tokenizer = tokenization.Tokenizer(spec["vocab_file"],
+                                             spec["do_lower_case"])
+    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+
+  def signature(self):
+    """(question [B] string, context [B] string) -> answer, score,
+    context_truncated (and null_score_diff for v2.0)."""
+    text = tf.TensorSpec([None], tf.string)
+    return tf.function(
+        lambda question, context: answer(self._tokenizer, self.model,
+                                         self.spec, question, context),
+        input_signature=[text, text]).get_concrete_function()

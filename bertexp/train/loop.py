@@ -3,13 +3,16 @@ checkpoints, the start (resume, INIT_CHECKPOINT, random), the orbit
 Controller loop with roll-backs after divergence, stop on signals, lost
 multi-worker peers, best checkpoint, and the Training Summary."""
 import contextlib
+import dataclasses
 import logging
 import time
+from typing import Optional
 
 import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import verified
 from bertexp.data import order as order_lib
 from bertexp.data import pipeline
@@ -50,7 +53,8 @@ class BestCheckpoint:
         return False
     prefix = fileio.join(self.folder, f"ckpt-{step}")
     tf.train.Checkpoint(model=self.model).write(prefix)
-    previous = best_checkpoint_prefix(self.folder)
+    verified.write_manifest(prefix)
+    previous = run_dir.best_checkpoint_prefix(self.folder)
     # Relative to the folder: a moved or copied run folder keeps working.
     fileio.write_json(self.info_path, {
         "step": step, "checkpoint": f"ckpt-{step}", "metric": self.metric,
@@ -61,18 +65,6 @@ class BestCheckpoint:
     logging.info("new best %s %.4f at step %d -> %s", self.metric, value, step,
                  prefix)
     return True
-
-
-def best_checkpoint_prefix(folder):
-  """The checkpoint prefix a best_checkpoint/ folder's JSON names (None when
-  the folder has no best_checkpoint.json)."""
-  info_path = fileio.join(folder, "best_checkpoint.json")
-  if not tf.io.gfile.exists(info_path):
-    return None
-  checkpoint = fileio.read_json(info_path)["checkpoint"]
-  if checkpoint.startswith("/") or "://" in checkpoint:   # older runs
-    return checkpoint
-  return fileio.join(folder, checkpoint)
 
 
 # What TensorFlow raises in a multi-worker run when a peer is gone or hangs.
@@ -92,15 +84,16 @@ def _build_optimizer(model, strategy, precision, schedule):
 
 
 def _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
-                   init_optimizer_state, initialise):
+                   init_optimizer_state):
   """Logs where the weights come from; applies INIT_CHECKPOINT on a fresh run
   (a resumed run is restored by the orbit Controller)."""
   if resume_from:
     logging.info("resuming from %s (weights, optimizer, step and data "
                  "position); INIT_CHECKPOINT is not used", resume_from)
   elif init_checkpoint:
-    logging.info("initialised %s (INIT_CHECKPOINT)", initialise(
-        model, optimizer, init_checkpoint, init_optimizer_state))
+    logging.info("initialised %s (INIT_CHECKPOINT)",
+                 run_dir.initialise_from_checkpoint(
+                     model, optimizer, init_checkpoint, init_optimizer_state))
   elif isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
     logging.info("the encoder starts from HUB_MODULE_URL %s (trainable: %s)",
                  model.encoder.path, model.encoder.trainable)
@@ -226,17 +219,64 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
       eval_actions=[on_eval] if evaluating else None)
 
 
-def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
-          init_optimizer_state, initialise, precision, trainer_kwargs,
-          schedule, steps_per_loop, checkpoint_interval_steps,
-          max_checkpoints, eval_steps, best_metric, best_mode,
-          eval_before_training, provenance, guard, group_by_length=False,
-          config_text=None):
-  """Trains (mode "train" or "train_and_eval") and returns the Training
-  Summary; `initialise(model, optimizer, path, with_optimizer)` applies
-  INIT_CHECKPOINT on a fresh run. `config_text` (the parsed gin files and
-  bindings) is saved as MODEL_DIR/config.gin when training starts. A run
-  whose checkpoint already reached the last step changes nothing."""
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+  """How the outer loop runs (the experiment's bindings).
+
+  Attributes:
+    steps_per_loop: train steps per compiled loop (Orbit's steps_per_loop).
+    checkpoint_interval_steps: steps between checkpoints (None: one
+      evaluation interval).
+    max_checkpoints: ckpt-N files kept.
+    eval_steps: evaluation batches (-1: the whole eval set).
+    best_metric: what best_checkpoint/ keeps (None: the task's selection
+      metric).
+    best_mode: "max" or "min" of best_metric.
+    eval_before_training: evaluate once before the first step.
+    group_by_length: training batches of similar lengths.
+    recovery_max_trials: roll-backs to an intact checkpoint after a run of
+      skipped steps, before the run gives up.
+    init_checkpoint: INIT_CHECKPOINT (anything run_dir.resolve takes), or None.
+    init_optimizer_state: also take INIT_CHECKPOINT's optimizer moments.
+  """
+  steps_per_loop: int
+  checkpoint_interval_steps: Optional[int] = None
+  max_checkpoints: int = 5
+  eval_steps: int = -1
+  best_metric: Optional[str] = None
+  best_mode: str = "max"
+  eval_before_training: bool = False
+  group_by_length: bool = False
+  recovery_max_trials: int = 3
+  init_checkpoint: Optional[str] = None
+  init_optimizer_state: bool = False
+
+
+def train(mode, *, model_dir, task, model, strategy, precision, schedule,
+          step_settings, loop_settings, provenance, config_text=None):
+  """Trains and returns the Training Summary.
+
+  A run whose checkpoint already reached the last step changes nothing.
+
+  Args:
+    mode: "train" or "train_and_eval".
+    model_dir: where checkpoints and records go (this worker's).
+    task: a bertexp.tasks.base.Task.
+    model: the task's model, built in `strategy`'s scope.
+    strategy: the tf.distribute strategy.
+    precision: the Keras mixed-precision policy name in force.
+    schedule: the experiment's Schedule (steps, warmup, eval interval).
+    step_settings: trainer.StepSettings.
+    loop_settings: LoopSettings.
+    provenance: the run's provenance record, for the Training Summary.
+    config_text: the parsed gin files and bindings, saved as
+      MODEL_DIR/config.gin when training starts.
+  Returns:
+    The Training Summary (a dict, also written to training_summary.json).
+  Raises:
+    Preempted, Diverged, CheckpointError and the task's data errors.
+  """
+  loop = loop_settings
   start_time = time.time()
   logging.info("schedule: %s", schedule)
   task.check_training_data()
@@ -244,46 +284,45 @@ def train(mode, *, model_dir, task, model, strategy, init_checkpoint,
   state = trainer_lib.TrainingState()
   resume_from = verified.prepare_model_dir(model_dir)
   manager = _checkpoint_manager(
-      model, optimizer, state, model_dir, max_checkpoints,
-      checkpoint_interval_steps or schedule.steps_per_epoch)
-  _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
-                 init_optimizer_state, initialise)
+      model, optimizer, state, model_dir, loop.max_checkpoints,
+      loop.checkpoint_interval_steps or schedule.steps_per_epoch)
+  _start_weights(model, optimizer, model_dir, resume_from,
+                 loop.init_checkpoint, loop.init_optimizer_state)
   if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
     return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
     _record_config(model_dir, config_text,
                    checkpoint_step(resume_from) if resume_from else 0)
   trainer = trainer_lib.Trainer(
-      optimizer=optimizer, total_steps=schedule.total_steps, state=state,
+      task=task, model=model, optimizer=optimizer, strategy=strategy,
+      settings=step_settings, total_steps=schedule.total_steps, state=state,
       train_dataset=_train_dataset_fn(task, strategy, state, model_dir,
-                                      trainer_kwargs["global_batch_size"],
-                                      group_by_length),
-      loss_upper_bound=guard["loss_upper_bound"],
-      max_consecutive_bad_steps=guard["max_consecutive_bad_steps"],
-      **trainer_kwargs)
+                                      step_settings.global_batch_size,
+                                      loop.group_by_length))
   last = {"train": {}, "eval": {}}
-  controller = _controller(mode, trainer=trainer, manager=manager, last=last,
-                           model_dir=model_dir, steps_per_loop=steps_per_loop,
-                           best=BestCheckpoint(
-                               model, fileio.join(model_dir, "best_checkpoint"),
-                               best_metric or task.selection_metric(),
-                               best_mode))
+  best = BestCheckpoint(model, fileio.join(model_dir, "best_checkpoint"),
+                        loop.best_metric or task.selection_metric(),
+                        loop.best_mode)
+  with console.without_orbit_echo():       # its "restoring or initializing"
+    controller = _controller(mode, trainer=trainer, manager=manager,
+                             last=last, model_dir=model_dir,
+                             steps_per_loop=loop.steps_per_loop, best=best)
   resumed_step = int(optimizer.iterations.numpy())
   with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
     with _ends_cleanly(strategy, manager, optimizer, signals):
-      initial_eval = (_initial_eval(trainer, eval_steps) if (
-          eval_before_training and mode == "train_and_eval" and
+      initial_eval = (_initial_eval(trainer, loop.eval_steps) if (
+          loop.eval_before_training and mode == "train_and_eval" and
           resumed_step == 0) else {})
       train_start = time.time()
       with console.without_orbit_echo():
-        _run_loops(_loops(mode, controller, schedule, eval_steps),
+        _run_loops(_loops(mode, controller, schedule, loop.eval_steps),
                    model=model, optimizer=optimizer, state=state,
                    model_dir=model_dir,
-                   recovery_max_trials=guard["recovery_max_trials"])
+                   recovery_max_trials=loop.recovery_max_trials)
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
-  batch = trainer_kwargs["global_batch_size"]
+  batch = step_settings.global_batch_size
   return _write_summary(model_dir, dict(
       _loop_results(last), initial_eval_metrics=initial_eval,
       total_training_steps=schedule.total_steps,
@@ -341,7 +380,7 @@ def _write_summary(model_dir, summary):
   """Writes, logs and prints the Training Summary; returns it."""
   fileio.write_json(fileio.join(model_dir, "training_summary.json"), summary)
   text = fileio.read_text(fileio.join(model_dir, "training_summary.json"))
-  logging.info("Training Summary:\n%s", text)
+  logging.debug("Training Summary:\n%s", text)
   print("Training Summary: " + text, flush=True)
   return summary
 

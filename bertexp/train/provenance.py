@@ -9,7 +9,7 @@ import subprocess
 
 import tensorflow as tf
 
-from bertexp.model import modeling
+from bertexp.checkpoints import run_dir
 from bertexp.train import strategy as strategy_lib
 from bertexp.util import fileio
 
@@ -23,13 +23,14 @@ def _sha256_cached(path, size, mtime):
 
 
 def file_sha256(path):
+  """The SHA-256 of a file (cached by path, size and modification time)."""
   stat = tf.io.gfile.stat(path)
   return _sha256_cached(path, stat.length, stat.mtime_nsec)
 
 
 def checkpoint_sha256(checkpoint):
   """One hash over a checkpoint's index and data shards."""
-  prefix = modeling.resolve_checkpoint(checkpoint)
+  prefix = run_dir.resolve(checkpoint, intact=False)
   files = sorted(tf.io.gfile.glob(prefix + ".index") +
                  tf.io.gfile.glob(prefix + ".data-*"))
   return {"checkpoint": prefix,
@@ -50,6 +51,7 @@ def git_commit():
 
 
 def versions():
+  """{package: version} of bertexp and the TensorFlow packages it runs on."""
   found = {}
   for package in ("bertexp", "tensorflow", "tf-keras", "tensorflow-text"):
     try:

@@ -13,6 +13,8 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.util import private_apis
+
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # /proc/cpuinfo names of native bfloat16 matmul support: x86 AVX512-BF16 and
@@ -217,11 +219,7 @@ def onednn_enabled():
   decides once, when it loads: see bertexp/__init__.py); None when this
   TensorFlow cannot say. TensorFlow has no public call for it: this asks
   the flag its own tests read."""
-  try:
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return None
-  return bool(_pywrap_util_port.IsMklEnabled())
+  return private_apis.onednn_enabled()
 
 
 def onednn_state():

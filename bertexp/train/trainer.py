@@ -1,6 +1,7 @@
 """The one trainer/evaluator: every task trains and evaluates through it.
 
-    trainer = Trainer(task=task, model=model, optimizer=opt, strategy=s, ...)
+    trainer = Trainer(task=task, model=model, optimizer=opt, strategy=s,
+                      settings=StepSettings(global_batch_size=32, ...), ...)
     controller = orbit.Controller(trainer=trainer, evaluator=trainer, ...)
 
 One train step: the loss denominators summed over replicas; forward and
@@ -18,9 +19,11 @@ then raises `Preempted` or `Diverged` for the run to handle. Evaluation
 gathers per-example outputs to the host and lets the task compute whole-set
 metrics (F1, MCC, Spearman...).
 """
+import dataclasses
 import logging
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +33,7 @@ from bertexp.data import pipeline
 from bertexp.model import modeling
 from bertexp.train import layer_summaries
 from bertexp.util import orbit_import
+from bertexp.util import private_apis
 
 orbit = orbit_import.orbit
 
@@ -118,7 +122,7 @@ def _apply_if(ok, apply, skip, grads):
   the condition in the cross-replica context, as Keras' LossScaleOptimizer
   does (a replica-context cond cannot hold a merge_call)."""
   skip_branch = lambda: (skip(), tf.constant(False))[1]
-  if tf.__internal__.distribute.strategy_supports_no_merge_call():
+  if private_apis.strategy_supports_no_merge_call():
     return tf.cond(ok, lambda: (apply(grads), tf.constant(True))[1],
                    skip_branch)
 
@@ -165,16 +169,66 @@ def check_accumulation(global_batch_size, accumulation_steps, replicas):
         f"{accumulation_steps * replicas}")
 
 
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+  """How the one train step and evaluation run (the experiment's bindings).
+
+  Attributes:
+    global_batch_size: examples per optimizer step, over all replicas.
+    eval_batch_size: examples per evaluation batch, over all replicas.
+    clip_norm: the global gradient norm is clipped to this (None: off).
+    jit_compile: XLA-compile each replica's forward and backward pass.
+    gradient_accumulation_steps: micro-batches per optimizer step (K).
+    pad_to_multiple_of: dynamic padding's multiple (None: every batch keeps
+      max_seq_length; TPUs always do).
+    summary_histograms_every: per-layer norms and histograms every this
+      many steps (None: off).
+    loss_upper_bound: a step whose loss is above it is skipped (None: none).
+    max_consecutive_bad_steps: skipped steps in a row that stop the loop.
+  """
+  global_batch_size: int
+  eval_batch_size: int
+  clip_norm: Optional[float] = 1.0
+  jit_compile: bool = False
+  gradient_accumulation_steps: int = 1
+  pad_to_multiple_of: Optional[int] = None
+  summary_histograms_every: Optional[int] = None
+  loss_upper_bound: Optional[float] = None
+  max_consecutive_bad_steps: int = 25
+
+
 class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
-  def __init__(self, *, task, model, optimizer, strategy, global_batch_size,
-               eval_batch_size, total_steps, clip_norm=1.0, jit_compile=False,
-               train_dataset=None, state=None, loss_upper_bound=None,
-               max_consecutive_bad_steps=25, gradient_accumulation_steps=1,
-               pad_to_multiple_of=None, summary_histograms_every=None):
-    check_accumulation(global_batch_size, gradient_accumulation_steps,
+  def __init__(self, *, task, model, optimizer, strategy,
+               settings: StepSettings, total_steps, train_dataset=None,
+               state=None):
+    """Args:
+      task: a bertexp.tasks.base.Task.
+      model: the task's built model.
+      optimizer: the built optimizer (its `iterations` is the step).
+      strategy: the tf.distribute strategy the model was built under.
+      settings: how steps and evaluation run (StepSettings).
+      total_steps: the schedule's last step.
+      train_dataset: a distributed dataset, or a callable that builds one
+        (called at the first train loop, after any checkpoint restore).
+      state: the TrainingState to count into (a new one by default).
+    Raises:
+      ValueError: the batch does not split into accumulation micro-batches
+        over the replicas.
+    """
+    check_accumulation(settings.global_batch_size,
+                       settings.gradient_accumulation_steps,
                        strategy.num_replicas_in_sync)
+    self.settings = settings
+    global_batch_size = settings.global_batch_size
+    eval_batch_size = settings.eval_batch_size
+    clip_norm, jit_compile = settings.clip_norm, settings.jit_compile
+    gradient_accumulation_steps = settings.gradient_accumulation_steps
+    pad_to_multiple_of = settings.pad_to_multiple_of
+    summary_histograms_every = settings.summary_histograms_every
+    loss_upper_bound = settings.loss_upper_bound
+    max_consecutive_bad_steps = settings.max_consecutive_bad_steps
     self.task, self.model, self.optimizer = task, model, optimizer
     self.accumulation_steps = gradient_accumulation_steps
     # Dynamic padding, except on TPUs: they need static shapes.
@@ -208,6 +262,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.max_consecutive_bad_steps = max_consecutive_bad_steps
     # Set from a signal-watching thread; read by the loop before each step.
     self.stop_requested = tf.Variable(False, trainable=False)
+    self._announced = tf.Variable(False, trainable=False)
     self._train_iterator = None
     self._train_loop_fn = None
 
@@ -248,6 +303,12 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
           lambda: tf.cast(self.stop_requested, tf.int32)), axis=None)
     return stop > 0
 
+  def _announce(self):
+    """Prints that training has started, once per process (a cond branch)."""
+    _print_true("bertexp: training started at step", self.global_step)
+    self._announced.assign(True)
+    return tf.constant(True)
+
   def _train_loop(self, iterator, num_steps):
     """Up to `num_steps` train steps as one while loop; returns True when a
     stop request ended it early. Explicit control flow: the loop is traced
@@ -260,9 +321,10 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
 
     def step(i):
       self.train_step(iterator)
-      # The loop is compiled and running (after a long first wait).
-      tf.cond(tf.equal(i, 0), lambda: _print_true(
-          "bertexp: loop running, step", self.global_step), _false)
+      # Training runs (after the long first wait for graphs): said once.
+      tf.cond(tf.logical_and(tf.equal(i, 0),
+                             tf.logical_not(self._announced)),
+              self._announce, _false)
       return tf.constant(True)
 
     def body(i, stopped, done):

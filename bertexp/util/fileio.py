@@ -14,6 +14,7 @@ import tensorflow as tf
 
 def join(*parts):
   # os.path.join would mangle "gs://" on Windows; posix join is what gfile wants.
+  """Joins path parts with "/" (what tf.io.gfile wants, gs:// included)."""
   return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
 
 
@@ -32,6 +33,11 @@ def read_text(path):
 
 
 def read_json(path):
+  """A JSON file's value.
+
+  Raises:
+    ValueError: the file is not valid JSON (named, with the parser's reason).
+  """
   try:
     return json.loads(read_text(path))
   except (json.JSONDecodeError, RecursionError) as e:
@@ -50,10 +56,12 @@ def sha256(path, chunk_bytes=1 << 22):
 
 
 def makedirs(path):
+  """Creates `path` and its parents (no error when it exists)."""
   tf.io.gfile.makedirs(path)
 
 
 def temp_name(path):
+  """A unique sibling name for writing `path` before renaming it into place."""
   return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
 
 
@@ -91,10 +99,12 @@ def atomic_folder(output_dir):
 
 
 def write_text(path, text):
+  """Writes `text` to `path` atomically (a temporary file, then a rename)."""
   with atomic_path(path) as tmp:
     with tf.io.gfile.GFile(tmp, "w") as f:
       f.write(text)
 
 
 def write_json(path, value):
+  """Writes `value` as indented, key-sorted JSON, atomically."""
   write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,236 @@
+"""Which checkpoint a path means, for every caller: one resolver.
+
+    prefix = resolve("runs/mnli")                  # newest intact ckpt-N
+    prefix = resolve("runs/mnli/best_checkpoint")  # the best evaluation's
+    prefix = resolve("models/minilm")              # encoder folder: bert_model.ckpt
+    prefix = resolve("runs/mnli/ckpt-300")         # a prefix as given
+
+INIT_CHECKPOINT, eval / predict / export (`PREDICT_CHECKPOINT_PATH`),
+`convert-checkpoint --to=huggingface`, `bertexp.load_encoder` and the run
+provenance all read paths through `resolve`, so a damaged newest checkpoint
+is skipped (with a warning naming it) wherever a MODEL_DIR is given, and a
+damaged checkpoint named explicitly is an error, never a silent load.
+"""
+import logging
+
+import tensorflow as tf
+
+from bertexp.checkpoints import verified
+from bertexp.model import modeling
+from bertexp.util import fileio
+
+ENCODER_PREFIX = "bert_model.ckpt"
+BEST_INFO = "best_checkpoint.json"
+
+
+def best_checkpoint_prefix(folder):
+  """The prefix a best_checkpoint/ folder's JSON names.
+
+  Args:
+    folder: a folder that may hold best_checkpoint.json.
+  Returns:
+    The checkpoint prefix (relative names are joined to `folder`), or None
+    when the folder has no best_checkpoint.json.
+  Raises:
+    ValueError: the JSON is unreadable or names no checkpoint.
+  """
+  info_path = fileio.join(folder, BEST_INFO)
+  if not tf.io.gfile.exists(info_path):
+    return None
+  info = fileio.read_json(info_path)
+  checkpoint = info.get("checkpoint") if isinstance(info, dict) else None
+  if not isinstance(checkpoint, str) or not checkpoint:
+    raise ValueError(f"{info_path}: field 'checkpoint' must name a checkpoint "
+                     "prefix such as \"ckpt-300\"")
+  if checkpoint.startswith("/") or "://" in checkpoint:   # older runs
+    return checkpoint
+  return fileio.join(folder, checkpoint)
+
+
+def _checked(prefix, intact, where):
+  """`prefix` if it is intact (or the check is off); CheckpointError else."""
+  if intact:
+    why = verified.problem(prefix)
+    if why:
+      raise verified.CheckpointError(f"{where}: damaged checkpoint: {why}")
+  return prefix
+
+
+def resolve(path, *, intact=True):
+  """The checkpoint prefix that `path` means.
+
+  Tried in this order:
+    1. a checkpoint prefix (`path.index` exists): `path` itself;
+    2. a best_checkpoint/ folder (best_checkpoint.json): the prefix it names;
+    3. an encoder folder (`bert_model.ckpt.index`, as `convert-checkpoint`
+       and pretraining's MODEL_DIR/encoder write it);
+    4. a MODEL_DIR: its newest ckpt-N; with `intact`, the newest intact one
+       (each damaged newer one is logged and skipped);
+    5. any folder with a TensorFlow `checkpoint` state file: the prefix it
+       names.
+
+  Args:
+    path: a prefix or a folder, local or on a TensorFlow file system.
+    intact: check what is returned (manifest sizes and CRC-32s, or every
+      tensor's own checksum when there is no manifest).
+  Returns:
+    The checkpoint prefix, e.g. "runs/mnli/ckpt-300".
+  Raises:
+    FileNotFoundError: `path` holds no checkpoint.
+    CheckpointError: the checkpoint named (or every ckpt-N) is damaged.
+  """
+  path = str(path).rstrip("/") or "/"
+  if tf.io.gfile.exists(path + ".index"):
+    return _checked(path, intact, path)
+  if not tf.io.gfile.isdir(path):
+    raise FileNotFoundError(f"{path}: no checkpoint (neither {path}.index nor "
+                            "a folder)")
+  best = best_checkpoint_prefix(path)
+  if best:
+    return _checked(best, intact, fileio.join(path, BEST_INFO))
+  encoder = fileio.join(path, ENCODER_PREFIX)
+  if tf.io.gfile.exists(encoder + ".index"):
+    return _checked(encoder, intact, path)
+  if intact:
+    latest = verified.latest_intact_checkpoint(path)
+  else:
+    latest = next(iter(verified.numbered_checkpoints(path)), None)
+  if latest:
+    return latest
+  named = tf.train.latest_checkpoint(path)
+  if named:
+    return _checked(named, intact, fileio.join(path, "checkpoint"))
+  raise FileNotFoundError(
+      f"{path}: folder holds no checkpoint (expected a MODEL_DIR with ckpt-N, "
+      f"a best_checkpoint/ folder or an encoder folder with {ENCODER_PREFIX})")
+
+
+def is_model_dir(path):
+  """True when `path` is a run folder (it holds ckpt-N checkpoints)."""
+  return bool(tf.io.gfile.isdir(path) and verified.numbered_checkpoints(path))
+
+
+def _is_training_checkpoint(prefix):
+  """True when `prefix` was written by training (names under model/)."""
+  # A reader on the prefix itself: tf.train.list_variables takes a prefix on
+  # ram:// (where a prefix of files reads as a folder) for a directory.
+  names = tf.compat.v1.train.NewCheckpointReader(
+      prefix).get_variable_to_shape_map()
+  return any(name.startswith("model/") for name in names)
+
+
+def restore_encoder(encoder, checkpoint):
+  """Restores encoder weights only (what INIT_CHECKPOINT means).
+
+  Args:
+    encoder: a built modeling.BertEncoder.
+    checkpoint: anything `resolve` takes: an encoder checkpoint, or a
+      training checkpoint (whose heads are left out).
+  Returns:
+    The prefix read.
+  Raises:
+    AssertionError: an encoder variable is missing from the checkpoint.
+  """
+  prefix = resolve(checkpoint)
+  if _is_training_checkpoint(prefix):
+    root = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder))
+    status = root.read(prefix).expect_partial()
+  else:
+    status = tf.train.Checkpoint(encoder=encoder).read(prefix)
+  status.assert_existing_objects_matched()
+  return prefix
+
+
+def load_encoder(bert_config_file, checkpoint=None):
+  """An encoder built from a bert_config.json, with `checkpoint`'s weights.
+
+  Args:
+    bert_config_file: path of a bert_config.json.
+    checkpoint: anything `resolve` takes, or None for random weights.
+  Returns:
+    A built modeling.BertEncoder.
+  Raises:
+    FileNotFoundError, CheckpointError: see `resolve`.
+  """
+  encoder = modeling.BertEncoder(
+      modeling.BertConfig.from_json_file(bert_config_file)).build_variables()
+  if checkpoint:
+    restore_encoder(encoder, checkpoint)
+  return encoder
+
+
+def restore_model(model, model_dir, checkpoint_path=None):
+  """Weights for eval / predict / export.
+
+  Args:
+    model: the task's built model.
+    model_dir: the run folder (its newest intact ckpt-N is used).
+    checkpoint_path: PREDICT_CHECKPOINT_PATH, anything `resolve` takes; it
+      wins over `model_dir`.
+  Returns:
+    The prefix read.
+  Raises:
+    FileNotFoundError: nothing to restore (train first).
+    CheckpointError: the checkpoint named is damaged.
+  """
+  try:
+    path = resolve(checkpoint_path or model_dir)
+  except FileNotFoundError:
+    if checkpoint_path:
+      raise
+    raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
+                            "or export (train first or bind "
+                            "PREDICT_CHECKPOINT_PATH)") from None
+  tf.train.Checkpoint(model=model).read(path).expect_partial() \
+      .assert_existing_objects_matched()
+  logging.info("restored model weights from %s", path)
+  return path
+
+
+def initialise_from_checkpoint(model, optimizer, init_checkpoint,
+                               with_optimizer=False):
+  """Starts a run from INIT_CHECKPOINT.
+
+  An encoder checkpoint (`convert-checkpoint` output, a pretraining run's
+  MODEL_DIR/encoder) initialises the encoder. A bertexp training checkpoint
+  (MODEL_DIR/ckpt-N or MODEL_DIR itself: names under model/) initialises the
+  encoder and every head it has (phase 2 of pretraining keeps phase 1's MLM
+  and NSP heads); `with_optimizer` also takes its optimizer moments. The step
+  restarts at 0 either way: the new run has its own schedule.
+
+  Args:
+    model: the task's built model (it has an `encoder`).
+    optimizer: the built optimizer.
+    init_checkpoint: anything `resolve` takes.
+    with_optimizer: also restore the optimizer's slots.
+  Returns:
+    What was restored, for the log.
+  Raises:
+    ValueError: `with_optimizer` on an encoder-only checkpoint, or a NaN or
+      Inf among the encoder's restored weights.
+    AssertionError: an encoder variable is missing from the checkpoint.
+  """
+  prefix = restore_encoder(model.encoder, init_checkpoint)
+  bad = verified.nonfinite_variables(model.encoder.variables)
+  if bad:
+    raise ValueError(f"INIT_CHECKPOINT {prefix} holds non-finite values (NaN "
+                     f"or Inf) in {', '.join(bad[:3])}: it is damaged or "
+                     "comes from a diverged run; start from an earlier one")
+  if not _is_training_checkpoint(prefix):
+    if with_optimizer:
+      raise ValueError(f"INIT_CHECKPOINT {prefix} holds an encoder only: "
+                       "it has no optimizer state to initialise from")
+    return f"the encoder from {prefix}"
+  # The encoder is restored; the heads the checkpoint has come too.
+  objects = dict(model=model, optimizer=optimizer) if with_optimizer else dict(
+      model=model)
+  status = tf.train.Checkpoint(**objects).read(prefix).expect_partial()
+  try:
+    status.assert_existing_objects_matched()
+    restored = "the whole model"
+  except AssertionError:
+    restored = "the encoder (the checkpoint has other heads)"
+  if with_optimizer:
+    optimizer.iterations.assign(0)
+    restored += " and the optimizer state"
+  return f"{restored} from {prefix}"

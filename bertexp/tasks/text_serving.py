@@ -1,0 +1,53 @@
+"""The `serve_text` signature of classification and regression exports: raw
+strings tokenized and packed inside the graph exactly as `bertexp prepare`
+does (the same ids and longest-first truncation), then the model.
+
+Shape legend: B batch, S max_seq_length.
+"""
+import tensorflow as tf
+
+from bertexp.data import tokenization
+
+_TEXT = tf.TensorSpec([None], tf.string)
+
+
+class PackedTextServing(tf.Module):
+  """text [B] (or text_a + text_b [B]) -> the task's serving outputs.
+
+  Tracks the model and the WordPiece tokenizer, so an export that holds
+  this module saves the vocabulary table with the weights.
+  """
+
+  def __init__(self, model, serving_outputs, *, vocab_file, do_lower_case,
+               max_seq_length, num_text_features):
+    """Args:
+      model: token ids -> the model's outputs.
+      serving_outputs: the task's outputs -> what the signature returns.
+      vocab_file, do_lower_case, max_seq_length: as `bertexp prepare` used.
+      num_text_features: 1 (`text`) or 2 (`text_a`, `text_b`).
+    Raises:
+      ValueError: num_text_features is not 1 or 2.
+    """
+    super().__init__()
+    if num_text_features not in (1, 2):
+      raise ValueError(f"num_text_features must be 1 or 2, got "
+                       f"{num_text_features!r}")
+    self.model = model
+    self._serving_outputs = serving_outputs
+    self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+    self._max_seq_length = max_seq_length
+    self._pairs = num_text_features == 2
+
+  def _serve(self, text_a, text_b):
+    inputs = tokenization.pack_tf(self._tokenizer, text_a, text_b,
+                                  self._max_seq_length)      # {name: [B, S]}
+    return self._serving_outputs(self.model(inputs, training=False))
+
+  def signature(self):
+    """The concrete function of `serve_text`."""
+    if self._pairs:
+      return tf.function(lambda text_a, text_b: self._serve(text_a, text_b),
+                         input_signature=[_TEXT, _TEXT]).get_concrete_function()
+    return tf.function(lambda text: self._serve(text, None),
+                       input_signature=[_TEXT]).get_concrete_function()

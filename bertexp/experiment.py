@@ -17,6 +17,7 @@ from bertexp.train import plan
 from bertexp.train import provenance as provenance_lib
 from bertexp.train import strategy as strategy_lib
 from bertexp.train import trainer as trainer_lib
+from bertexp.train import writer_lock
 from bertexp.util import fileio
 from bertexp.util import orbit_import
 
@@ -192,31 +193,41 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,
                                 task, model, strategy, step_settings,
                                 eval_steps)
-  summary = loop.train(
-      "train" if mode == "train" else "train_and_eval",
-      model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
-      strategy=strategy, precision=precision, schedule=schedule,
-      step_settings=step_settings,
-      loop_settings=loop.LoopSettings(
-          steps_per_loop=steps_per_loop,
-          checkpoint_interval_steps=checkpoint_interval_steps,
-          max_checkpoints=max_checkpoints, eval_steps=eval_steps,
-          best_metric=best_metric, best_mode=best_mode,
-          eval_before_training=eval_before_training,
-          group_by_length=group_by_length,
-          recovery_max_trials=recovery_max_trials,
-          init_checkpoint=init_checkpoint,
-          init_optimizer_state=init_optimizer_state),
-      provenance=provenance_lib.record(
-          task, init_checkpoint=init_checkpoint, seed=seed,
-          deterministic=deterministic, cpu_threads=cpu_threads,
-          precision=precision),
-      config_text=config_text)
+  with _writer_lock(strategy, model_dir):
+    summary = loop.train(
+        "train" if mode == "train" else "train_and_eval",
+        model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
+        strategy=strategy, precision=precision, schedule=schedule,
+        step_settings=step_settings,
+        loop_settings=loop.LoopSettings(
+            steps_per_loop=steps_per_loop,
+            checkpoint_interval_steps=checkpoint_interval_steps,
+            max_checkpoints=max_checkpoints, eval_steps=eval_steps,
+            best_metric=best_metric, best_mode=best_mode,
+            eval_before_training=eval_before_training,
+            group_by_length=group_by_length,
+            recovery_max_trials=recovery_max_trials,
+            init_checkpoint=init_checkpoint,
+            init_optimizer_state=init_optimizer_state),
+        provenance=provenance_lib.record(
+            task, init_checkpoint=init_checkpoint, seed=seed,
+            deterministic=deterministic, cpu_threads=cpu_threads,
+            precision=precision),
+        config_text=config_text)
   if mode == "train_eval_predict":
     summary["predictions"] = _predict_after_training(
         model_dir, predict_checkpoint_path, task, strategy, step_settings,
         eval_steps)
   return summary
+
+
+def _writer_lock(strategy, model_dir):
+  """MODEL_DIR's writer lock for the process that writes the run's files
+  (the chief); the other workers write under MODEL_DIR/workers/ and take
+  none."""
+  if worker_model_dir(strategy, model_dir) != model_dir:
+    return contextlib.nullcontext()
+  return writer_lock.WriterLock(model_dir)
 
 
 def _plan(task, schedule, train_batch_size, accumulation_steps, seed):

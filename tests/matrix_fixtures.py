@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 import bertexp
@@ -30,6 +31,11 @@ STRATEGIES = {
                    "bertexp.make_strategy.cpu_replicas=2"],
 }
 TRAIN_STEPS = 3
+# 3 AdamW steps at this rate move most kernels by ~1e-3, 100x the equality
+# tolerance (a spec may set its own rate); kernels with tiny gradients move
+# less and are compared relative to their movement (test_strategy_matrix).
+LEARNING_RATE = 1e-3
+TOLERANCE = 1e-5
 
 
 def _write(path, text):
@@ -227,7 +233,9 @@ def train_args(gin_files, params, extra=(), mode="train_and_eval"):
 
 
 def run_params(spec, model_dir, batch=8, **more):
-  return dict(spec["params"], MODEL_DIR=model_dir, TRAIN_BATCH_SIZE=batch,
+  params = dict(LEARNING_RATE=LEARNING_RATE)
+  params.update(spec["params"])
+  return dict(params, MODEL_DIR=model_dir, TRAIN_BATCH_SIZE=batch,
               EVAL_BATCH_SIZE=batch, TRAIN_STEPS=TRAIN_STEPS,
               STEPS_PER_LOOP=TRAIN_STEPS, SEED=3, **more)
 
@@ -298,6 +306,18 @@ def model_weights(model_dir, step=TRAIN_STEPS):
   return {name: tf.train.load_variable(path, name)
           for name, _ in tf.train.list_variables(path)
           if name.startswith("model/")}
+
+
+def kernel_movement(model_dir, init_checkpoint):
+  """{encoder kernel name: max |trained - initial|} of MODEL_DIR's last
+  checkpoint against the INIT_CHECKPOINT it started from."""
+  trained = model_weights(model_dir)
+  moved = {}
+  for name, value in trained.items():
+    if name.startswith("model/encoder/") and "/kernel/" in name:
+      start = tf.train.load_variable(init_checkpoint, name[len("model/"):])
+      moved[name] = float(np.abs(value - start).max())
+  return moved
 
 
 def question_ids(squad_file):

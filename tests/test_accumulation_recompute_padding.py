@@ -229,3 +229,36 @@ def test_group_by_length_sorts_each_megabatch_and_resumes_exactly(
   # A resumed run (60 examples in, mid-megabatch) continues the same order.
   resumed = _stream(task, 40, group_by_length=True, start=60)
   assert resumed == grouped[60:140]
+
+
+def _gradient_graph_matmuls(recompute):
+  """Matrix multiplications in the traced gradient of the tiny encoder's
+  pooled output (nested function bodies included)."""
+  encoder = modeling.BertEncoder(modeling.BertConfig.from_dict(TINY_CONFIG),
+                                 recompute=recompute).build_variables()
+  inputs = modeling.dummy_inputs(batch_size=2, seq_length=8)
+
+  @tf.function
+  def gradients():
+    with tf.GradientTape() as tape:
+      pooled = encoder(inputs, training=True, dropout_seed=tf.constant(
+          [1, 2], tf.int64))["pooled_output"]
+      loss = tf.reduce_sum(pooled)
+    return tape.gradient(loss, encoder.trainable_variables)
+
+  graph = gradients.get_concrete_function().graph.as_graph_def()
+  ops = [node.op for node in graph.node] + [
+      node.op for function in graph.library.function
+      for node in function.node_def]
+  return sum(op in ("MatMul", "_FusedMatMul", "BatchMatMulV2") for op in ops)
+
+
+def test_recompute_is_in_the_gradient_graph():
+  """With recompute the backward pass runs each block's forward matrix
+  multiplications again (query, key, value, scores, context, attention
+  output, intermediate, output: at least 6 a block); without, it does not.
+  Equal gradients alone would pass with recompute silently off."""
+  plain, recomputed = (_gradient_graph_matmuls(False),
+                       _gradient_graph_matmuls(True))
+  layers = TINY_CONFIG["num_hidden_layers"]
+  assert recomputed - plain >= 6 * layers, (plain, recomputed)

@@ -74,29 +74,38 @@ def _wait_for(path_pattern, process, timeout=120):
 
 
 def test_sigkill_at_random_moments_then_rerun_ends_bit_identical(run, tmp_path):
-  steps = dict(TRAIN_STEPS=30, STEPS_PER_LOOP=4)
+  # Kills land in the first half: 20+ steps and 10+ checkpoints remain.
+  steps = dict(TRAIN_STEPS=40, STEPS_PER_LOOP=4)
   every_2 = ["--gin_param=bertexp.experiment.checkpoint_interval_steps=2"]
   whole = str(tmp_path / "uninterrupted")
   _finish(_args(run, whole, **steps) + every_2)
   killed = str(tmp_path / "killed")
-  rng = random.Random(int(os.environ.get("FAULT_SEED", time.time())))
+  # FAULT_SEED=<the printed seed> replays a failure's kill moments.
+  seed = int(os.environ.get("FAULT_SEED", time.time()))
+  print(f"FAULT_SEED={seed}")
+  rng = random.Random(seed)
   kills = []
-  for step in sorted(rng.sample(range(4, 28, 4), 2)):   # loop ends
+  for step in sorted(rng.sample(range(4, 20, 4), 2)):   # loop ends
     process = _start(_args(run, killed, **steps) + every_2)
     _wait_for(f"{killed}/ckpt-{step}.index", process)
-    time.sleep(rng.uniform(0, 0.4))   # anywhere in the next steps
+    time.sleep(rng.uniform(0, 0.2))   # anywhere in the next steps
     process.send_signal(signal.SIGKILL)
     process.wait()
     kills.append(step)
+    # The kill interrupted training: no final checkpoint, no summary yet.
+    assert process.returncode == -signal.SIGKILL, (seed, kills)
+    assert not os.path.exists(f"{killed}/ckpt-40.index"), (seed, kills)
+    assert not os.path.exists(f"{killed}/training_summary.json"), (seed, kills)
   output = _finish(_args(run, killed, **steps) + every_2)
-  assert "resuming from" in output, (kills, output[-3000:])
-  expected, got = _variables(f"{whole}/ckpt-30"), _variables(f"{killed}/ckpt-30")
+  assert "resuming from" in output, (seed, kills, output[-3000:])
+  expected, got = _variables(f"{whole}/ckpt-40"), _variables(f"{killed}/ckpt-40")
   assert sorted(expected) == sorted(got)
   for name in expected:
-    np.testing.assert_array_equal(got[name], expected[name],
-                                  err_msg=f"{name} after kills at {kills}")
+    np.testing.assert_array_equal(
+        got[name], expected[name],
+        err_msg=f"{name} after kills at {kills} (FAULT_SEED={seed})")
   seen = [n for n in got if "examples_seen" in n]
-  assert seen and got[seen[0]] == 30 * 8
+  assert seen and got[seen[0]] == 40 * 8
 
 
 def _stop_after(args, seconds, expect_line="training data: seed"):

@@ -61,7 +61,7 @@ def test_recompute_and_accumulation_shrink_the_plan():
           device_bytes=12 * memory_plan.GB)
 
 
-def test_the_16gb_squad_file_is_what_the_plan_chose():
+def test_the_16gb_squad_file_fits_where_the_plan_says_plain_k_would_need_8():
   """BERT-Large, SQuAD seq 384, batch 32 on a 16 GB GPU in float32: the plan
   needs accumulation 8 without recompute, 1 with; the shipped file takes
   recompute + 2, which fits with headroom."""

@@ -56,8 +56,14 @@ def probe(name, seq, batch, recompute, steps):
   return json.loads(out.strip().splitlines()[-1])
 
 
+TOLERANCE = 0.20     # the plan's promise: within ±20 % of the measured peak
+
+
 def compare(configs, steps):
+  """Plan against measured peak for each configuration, recompute off and
+  on; returns the rows whose plan / peak is outside 1 ± TOLERANCE."""
   gib = memory_plan.GB
+  outside = []
   print(f"{'config':18} {'recompute':9} {'plan GiB':>9} {'peak GiB':>9} "
         f"{'plan/peak':>9} {'s/step':>7}")
   for item in configs:
@@ -72,6 +78,10 @@ def compare(configs, steps):
           head=memory_plan.Head.classifier(config, 2), recompute=recompute,
           runtime_bytes=result["runtime"])
       measured[recompute] = result
+      ratio = plan.total_bytes / result["peak"]
+      if abs(ratio - 1) > TOLERANCE:
+        outside.append(f"{name}-{seq} recompute "
+                       f"{'on' if recompute else 'off'}: {ratio:.2f}")
       print(f"{name}-{seq} b{BATCH[seq]:<10} {'on' if recompute else 'off':9} "
             f"{plan.total_bytes / gib:9.2f} {result['peak'] / gib:9.2f} "
             f"{plan.total_bytes / result['peak']:9.2f} "
@@ -81,6 +91,7 @@ def compare(configs, steps):
               measured[False]["seconds_per_step"] - 1)
     print(f"  recompute: peak memory {-saved:+.0%}, step time {slower:+.0%}",
           flush=True)
+  return outside
 
 
 def capacity_table():
@@ -110,7 +121,13 @@ def main():
   parser.add_argument("--steps", type=int, default=2)
   args = parser.parse_args()
   capacity_table()
-  compare(args.configs.split(","), args.steps)
+  outside = compare(args.configs.split(","), args.steps)
+  if outside:
+    print(f"memory plan outside ±{TOLERANCE:.0%} of the measured peak: "
+          + "; ".join(outside), flush=True)
+    sys.exit(1)
+  print(f"memory plan within ±{TOLERANCE:.0%} of every measured peak",
+        flush=True)
 
 
 if __name__ == "__main__":

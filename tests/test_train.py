@@ -20,10 +20,11 @@ def _params(paths, **more):
   return [f"--gin_param={k}={v}" for k, v in values.items()]
 
 
-def _train(paths, mode="train_and_eval", gin_file=None, **more):
+def _train(paths, mode="train_and_eval", gin_file=None, bindings=(), **more):
   gin_file = gin_file or os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
   code = cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
-                  _params(paths, **more))
+                  _params(paths, **more) +
+                  [f"--gin_param={binding}" for binding in bindings])
   assert code == 0
 
 
@@ -43,7 +44,8 @@ def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
   init = tf.train.load_variable(paths["INIT_CHECKPOINT"],
                                 "encoder/pooler/kernel/.ATTRIBUTES/VARIABLE_VALUE")
   with caplog.at_level("INFO"):
-    _train(paths, TRAIN_STEPS=2)
+    _train(paths, TRAIN_STEPS=2,
+           bindings=["bertexp.experiment.summary_histograms_every=1"])
   assert "initialised the encoder from" in caplog.text
   assert "(INIT_CHECKPOINT)" in caplog.text
   # One progress line per loop and one per evaluation (bertexp's), without
@@ -200,6 +202,20 @@ def _check_run_records(model_dir, summary):
   session = tags["_hparams_/session_start_info"].metadata.plugin_data.content
   assert b"TRAIN_BATCH_SIZE" in session and b"LEARNING_RATE" in session
   assert {"loss", "learning_rate", "gradient_norm"} <= set(tags)
+  # summary_histograms_every=1 through `bertexp train`: per-layer norms and
+  # histograms at every step, the histogram counting every weight.
+  layers = ("embeddings", "layer_00", "layer_01", "pooler", "head")
+  steps = {}
+  for path in tf.io.gfile.glob(f"{model_dir}/summaries/train/events.*"):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        steps.setdefault(value.tag, set()).add(event.step)
+        if value.tag == "weights/layer_00":
+          buckets = tf.make_ndarray(value.tensor)           # [n, 3]
+          assert buckets[:, 2].sum() > 1000
+  for layer in layers:
+    for kind in ("gradient_norm", "weight_norm", "weights", "gradients"):
+      assert steps.get(f"{kind}/{layer}") == {1, 2}, (kind, layer, sorted(steps))
 
 
 def _check_predictor(model_dir, predicted_rows):

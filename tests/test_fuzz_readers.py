@@ -18,7 +18,9 @@ from bertexp.model import modeling
 from bertexp.tasks import squad_scoring
 from conftest import REPO
 
-FUZZ = settings(max_examples=300, deadline=None, database=None,
+# FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt.
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 300)),
+                deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 COUNTS = {}   # reader -> generated inputs (printed after the module, -s)
 
@@ -221,3 +223,65 @@ def test_prepare_leaves_nothing_behind_on_bad_input(train, regression,
     for name in os.listdir(output_dir):
       os.remove(os.path.join(output_dir, name))
     os.rmdir(output_dir)
+
+
+def _best_checkpoint_folder(content):
+  """A best_checkpoint/ folder holding the generated best_checkpoint.json
+  and one real checkpoint, ckpt-3, it may or may not name."""
+  import tensorflow as tf
+  folder = os.path.join(_FOLDER, f"best{len(COUNTS)}")
+  os.makedirs(folder, exist_ok=True)
+  if not os.path.exists(os.path.join(folder, "ckpt-3.index")):
+    tf.train.Checkpoint(v=tf.Variable([1.0])).write(
+        os.path.join(folder, "ckpt-3"))
+  mode = "wb" if isinstance(content, bytes) else "w"
+  with open(os.path.join(folder, "best_checkpoint.json"), mode,
+            **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+    f.write(content)
+  return folder
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(TEXT) | JSON_VALUES.map(json.dumps) |
+       st.dictionaries(st.sampled_from(["checkpoint", "step", "metric"]),
+                       JSON_VALUES | st.sampled_from(["ckpt-3", "ckpt-9", ""]),
+                       max_size=3).map(json.dumps))
+def test_best_checkpoint_json(content):
+  """run_dir.resolve of a best_checkpoint/ folder: the prefix its JSON
+  names, or an error naming the folder's JSON or the prefix."""
+  from bertexp.checkpoints import run_dir
+  folder = _best_checkpoint_folder(content)
+  COUNTS["best_checkpoint.json"] = COUNTS.get("best_checkpoint.json", 0) + 1
+  try:
+    prefix = run_dir.resolve(folder)
+  except (ValueError, FileNotFoundError) as e:
+    assert folder in str(e), str(e)
+    return
+  assert prefix == os.path.join(folder, "ckpt-3")
+
+
+@FUZZ
+@given(content=_utf8_or_bytes(TEXT) | JSON_VALUES.map(json.dumps) |
+       st.fixed_dictionaries({"files": st.dictionaries(
+           st.sampled_from(["ckpt-1.index", "ckpt-1.data-00000-of-00001",
+                            "other"]) | TEXT,
+           JSON_VALUES | st.fixed_dictionaries(
+               {"bytes": JSON_VALUES, "crc32": JSON_VALUES}), max_size=3)
+       }).map(json.dumps))
+def test_checkpoint_manifest(content):
+  """A damaged or hostile ckpt-N.manifest.json: verified.problem names the
+  file at fault (or finds the checkpoint intact); it never raises."""
+  import tensorflow as tf
+  from bertexp.checkpoints import verified
+  folder = os.path.join(_FOLDER, f"manifest{len(COUNTS)}")
+  os.makedirs(folder, exist_ok=True)
+  prefix = os.path.join(folder, "ckpt-1")
+  if not os.path.exists(prefix + ".index"):
+    tf.train.Checkpoint(v=tf.Variable([1.0])).write(prefix)
+  mode = "wb" if isinstance(content, bytes) else "w"
+  with open(verified.manifest_path(prefix), mode,
+            **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+    f.write(content)
+  COUNTS["checkpoint manifest"] = COUNTS.get("checkpoint manifest", 0) + 1
+  why = verified.problem(prefix)
+  assert why is None or folder in why, why

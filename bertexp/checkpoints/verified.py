@@ -55,6 +55,23 @@ def write_manifest(prefix):
   fileio.write_json(manifest_path(prefix), {"files": files})
 
 
+def _manifest_entries(manifest):
+  """{file name: {"bytes": int, "crc32": int}} of a manifest's JSON value.
+
+  Raises:
+    ValueError: any other shape (named by the caller with the file).
+  """
+  files = manifest.get("files") if isinstance(manifest, dict) else None
+  if not isinstance(files, dict):
+    raise ValueError("no 'files' object")
+  for name, want in files.items():
+    if not (isinstance(want, dict) and all(
+        isinstance(want.get(key), int) and not isinstance(want.get(key), bool)
+        for key in ("bytes", "crc32"))):
+      raise ValueError(f"files.{name}: expected integer 'bytes' and 'crc32'")
+  return files
+
+
 def problem(prefix):
   """None if checkpoint `prefix` is intact, else what is wrong with it."""
   index = prefix + ".index"
@@ -63,7 +80,7 @@ def problem(prefix):
   folder = prefix.rsplit("/", 1)[0]
   if tf.io.gfile.exists(manifest_path(prefix)):
     try:
-      expected = fileio.read_json(manifest_path(prefix))["files"]
+      expected = _manifest_entries(fileio.read_json(manifest_path(prefix)))
     except (ValueError, KeyError, TypeError) as e:
       return f"{manifest_path(prefix)} is unreadable ({e})"
     for name, want in sorted(expected.items()):

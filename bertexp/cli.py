@@ -144,8 +144,9 @@ def cmd_evaluate_squad(args):
                        "--na_prob_file")
     threshold, predictions = squad_scoring.rethreshold(
         squad_json.load_json(args.data_file, "dataset"),
-        fileio.read_json(args.nbest_file),
-        squad_json.load_json(args.na_prob_file, "null odds"))
+        squad_json.load_json(args.nbest_file, "n-best"),
+        squad_json.load_json(args.na_prob_file, "null odds"),
+        nbest_file=args.nbest_file, na_prob_file=args.na_prob_file)
     fileio.write_json(args.best_threshold_output, predictions)
     print(f"best-F1 null threshold {threshold:.4f}: wrote "
           f"{args.best_threshold_output}", flush=True)

@@ -184,13 +184,16 @@ def test_meta_data(values):
     ["MODEL_DIR=runs/x", "LEARNING_RATE=", "TRAIN_STEPS=1e400", "a.b=c",
      "include 'x.gin'", "SEED=None"]), min_size=1, max_size=3))
 def test_gin_bindings(bindings):
+  """Each error names the binding at fault (gin's parse errors through
+  ours), the macro that is left unset, or the file an include asks for."""
   COUNTS["gin bindings"] = COUNTS.get("gin bindings", 0) + 1
   gin.clear_config()
   try:
     parse_gin([os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")],
-              bindings)
-  except (ValueError, SyntaxError, FileNotFoundError):
-    pass   # gin's parse errors name the binding; ours name the macro
+              ['MODEL_DIR="runs/fuzz"'] + bindings)
+  except (ValueError, SyntaxError, FileNotFoundError) as e:
+    named = [repr(b) for b in bindings] + ["MODEL_DIR", "x.gin"]
+    assert any(n in str(e) for n in named), (bindings, str(e))
   finally:
     gin.clear_config()
 
@@ -285,3 +288,146 @@ def test_checkpoint_manifest(content):
   COUNTS["checkpoint manifest"] = COUNTS.get("checkpoint manifest", 0) + 1
   why = verified.problem(prefix)
   assert why is None or folder in why, why
+
+
+def _safetensors_bytes():
+  """Real safetensors files of random tensors, some cut short or with a
+  byte changed, and arbitrary bytes."""
+  from safetensors import numpy as st_numpy
+  import numpy as np
+  tensor = st.tuples(st.lists(st.integers(0, 3), max_size=3),
+                     st.sampled_from(["float32", "float16", "int64"]))
+  files = st.dictionaries(st.sampled_from(
+      ["bert.embeddings.word_embeddings.weight", "pooler.dense.bias", "x"]),
+                          tensor, max_size=3).map(lambda d: st_numpy.save(
+      {k: np.zeros(shape, dtype) for k, (shape, dtype) in d.items()}))
+  return st.one_of(st.binary(max_size=200), st.tuples(
+      files, st.integers(0, 400), st.integers(0, 255)).map(
+          lambda t: t[0][:t[1]] + bytes([t[2]]) + t[0][t[1] + 1:]), files)
+
+
+@FUZZ
+@given(content=_safetensors_bytes())
+def test_safetensors(content):
+  from bertexp.checkpoints import converters
+  path = _file(content, ".safetensors")
+  _clear_error_or_result(converters.read_safetensors, "safetensors", path)
+
+
+@FUZZ
+@given(values=JSON_VALUES | st.dictionaries(st.sampled_from(
+    ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+     "intermediate_size", "hidden_act", "model_type",
+     "position_embedding_type", "max_position_embeddings"]),
+    JSON_VALUES | st.integers(-2, 64) | st.sampled_from(
+        ["gelu", "relu", "absolute", "relative_key", "bert"]), max_size=9))
+def test_hugging_face_config_json(values):
+  from bertexp.checkpoints import converters
+  path = _file(json.dumps(values), "_config.json")
+  _clear_error_or_result(converters.hf_config, "Hugging Face config.json", path)
+
+
+def _tfrecord_bytes():
+  """TFRecord files of generated tf.train.Examples (any feature names,
+  kinds and lengths), cut short or with a byte changed, and arbitrary bytes."""
+  import tensorflow as tf
+  values = st.lists(st.integers(-5, 40), max_size=20)
+  feature = st.tuples(st.sampled_from(["int", "float", "bytes"]), values)
+
+  def example(features):
+    made = {}
+    for name, (kind, vals) in features.items():
+      if kind == "int":
+        made[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=vals))
+      elif kind == "float":
+        made[name] = tf.train.Feature(float_list=tf.train.FloatList(value=vals))
+      else:
+        made[name] = tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[str(v).encode() for v in vals]))
+    return tf.train.Example(features=tf.train.Features(
+        feature=made)).SerializeToString()
+
+  def records(examples):
+    path = os.path.join(_FOLDER, "records.tmp")
+    with tf.io.TFRecordWriter(path) as writer:
+      for e in examples:
+        writer.write(e)
+    with open(path, "rb") as f:
+      return f.read()
+
+  examples = st.lists(st.dictionaries(st.sampled_from(
+      ["input_ids", "input_mask", "segment_ids", "label_ids", "x"]), feature,
+      max_size=5).map(example), max_size=3).map(records)
+  return st.one_of(st.binary(max_size=200), examples, st.tuples(
+      examples, st.integers(0, 300), st.integers(0, 255)).map(
+          lambda t: t[0][:t[1]] + bytes([t[2]]) + t[0][t[1] + 1:]))
+
+
+@FUZZ
+@given(content=_tfrecord_bytes(), label_type=st.sampled_from(["int", "float"]))
+def test_tfrecords(content, label_type):
+  """The pre-training check of a training file: the records train, or an
+  error names the file."""
+  from bertexp.data import pipeline
+  from bertexp.model import modeling
+  config = modeling.BertConfig(vocab_size=30)
+  path = _file(content, ".tf_record")
+  _clear_error_or_result(
+      lambda p: pipeline.check_training_files(
+          p, pipeline.record_decoder(4, label_type), config=config,
+          label_ranges={"label": (0, 2)}), "TFRecords", path)
+
+
+META_FIELDS = ["task", "max_seq_length", "max_predictions_per_seq",
+               "vocab_file", "train_data_size", "doc_stride",
+               "max_query_length", "version_2_with_negative", "do_lower_case"]
+
+
+@FUZZ
+@given(values=JSON_VALUES | st.dictionaries(st.sampled_from(META_FIELDS),
+                                            JSON_VALUES | st.sampled_from(
+    ["pretraining", 16, 5, True]), max_size=9), v2=st.booleans())
+def test_pretraining_and_squad_meta_data(values, v2):
+  from bertexp.tasks import pretraining as pretraining_task
+  from bertexp.tasks import squad as squad_task
+  path = _file(json.dumps(values), "_meta_data")
+  _clear_error_or_result(
+      lambda p: pretraining_task.PretrainingTask(
+          bert_config_file="unused", meta_data_path=p), "pretraining meta data",
+      path)
+  _clear_error_or_result(
+      lambda p: squad_task.QuestionAnsweringTask(
+          bert_config_file="unused", meta_data_path=p, vocab_file="unused",
+          version_2_with_negative=v2), "SQuAD meta data", path)
+
+
+@FUZZ
+@given(body=TEXT | JSON_VALUES.map(lambda v: f"def grid():\n  return {v!r}\n")
+       | st.lists(st.dictionaries(TEXT | st.sampled_from(
+           ["LEARNING_RATE", "SEED", "lr"]), JSON_VALUES, max_size=3),
+           max_size=3).map(lambda v: f"def grid():\n  return {v!r}\n"))
+def test_sweep_grid_file(body):
+  from bertexp.sweeps import grids
+  path = _file(body, "_grid.py")
+  _clear_error_or_result(grids.load_grid, "sweep grid file", path)
+
+
+@FUZZ
+@given(dataset=_squad_like(), nbest=JSON_VALUES | st.dictionaries(
+    st.text(max_size=3), st.lists(st.dictionaries(
+        st.sampled_from(["text", "probability"]), JSON_VALUES), max_size=2)),
+       odds=JSON_VALUES)
+def test_nbest_file(dataset, nbest, odds):
+  """evaluate-squad --nbest_file: the n-best file, null odds and dataset
+  are read and re-thresholded, or an error names the file at fault."""
+  from bertexp.data import squad_json
+  files = {what: _file(json.dumps(value), f"_{what}.json") for what, value in
+           (("dataset", dataset), ("n-best", nbest), ("null odds", odds))}
+  COUNTS["n-best file"] = COUNTS.get("n-best file", 0) + 1
+  try:
+    squad_scoring.rethreshold(
+        *(squad_json.load_json(files[w], w)
+          for w in ("dataset", "n-best", "null odds")),
+        nbest_file=files["n-best"], na_prob_file=files["null odds"])
+  except ValueError as e:
+    assert any(f in str(e) for f in files.values()), str(e)

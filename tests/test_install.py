@@ -25,14 +25,19 @@ def test_shipped_experiments_resolve_by_name_from_any_folder(tmp_path,
   assert gin_setup.resolve_gin_file("nope.gin") == "nope.gin"
 
 
-def _build_wheel(tmp_path):
-  """The wheel of a copy of the sources (the checkout stays untouched)."""
+def _build_wheel(tmp_path, extra_dependency=None):
+  """The wheel of a copy of the sources (the checkout stays untouched);
+  `extra_dependency` is added to its declared dependencies."""
   source = tmp_path / "source"
   source.mkdir()
   shutil.copytree(os.path.join(REPO, "bertexp"), source / "bertexp",
                   ignore=shutil.ignore_patterns("__pycache__"))
   for name in ("pyproject.toml", "README.md", "LICENSE"):
     shutil.copy(os.path.join(REPO, name), source / name)
+  if extra_dependency:
+    project = (source / "pyproject.toml").read_text()
+    (source / "pyproject.toml").write_text(project.replace(
+        "dependencies = [\n", f'dependencies = [\n  "{extra_dependency}",\n', 1))
   subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                   "--no-build-isolation", str(source), "-w",
                   str(tmp_path / "dist")], check=True)
@@ -41,25 +46,60 @@ def _build_wheel(tmp_path):
   return str(tmp_path / "dist" / wheels[0])
 
 
-def _fresh_venv_with(wheel, folder):
-  """A new venv holding only the wheel; TensorFlow and the rest of the
-  stack come from this test's environment (a .pth line: no download)."""
+def _fresh_venv(folder):
+  """A new venv that sees this test's installed packages (a .pth line) but
+  has nothing installed itself: pip resolves the wheel's declared
+  dependencies against them, with no index (no download)."""
   subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
   python = str(folder / "bin" / "python")
-  subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps",
-                  "--no-index", wheel], check=True)
   site = subprocess.run(
       [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
       check=True, capture_output=True, text=True).stdout.strip()
   with open(os.path.join(site, "test_stack.pth"), "w") as f:
     f.write(sysconfig.get_paths()["purelib"] + "\n")
-  return folder / "bin"
+  return python
 
 
-def test_wheel_in_a_fresh_venv_runs_a_shipped_experiment_by_name(
+def _install(python, wheel):
+  """pip install of the wheel with its dependencies, then pip check."""
+  install = subprocess.run([python, "-m", "pip", "install", "-q",
+                            "--no-index", wheel], capture_output=True, text=True)
+  check = subprocess.run([python, "-m", "pip", "check"], capture_output=True,
+                         text=True)
+  # tf-models-official (Orbit) is installed with --no-deps on purpose: its
+  # pins would downgrade TensorFlow (pyproject.toml says so).
+  broken = [line for line in check.stdout.splitlines()
+            if line.strip() and not line.startswith("tf-models-official ")
+            and line != "No broken requirements found."]
+  return install, broken
+
+
+def test_a_declared_dependency_that_is_not_installed_fails_the_install(
+    tmp_path):
+  """The install check can fail: a wheel declaring a package the stack does
+  not have does not install."""
+  python = _fresh_venv(tmp_path / "venv")
+  install, _ = _install(python, _build_wheel(
+      tmp_path, extra_dependency="bertexp-no-such-package==1.0"))
+  assert install.returncode != 0
+  assert "bertexp-no-such-package" in install.stderr
+
+
+def test_wheel_installs_with_its_dependencies_and_runs_a_shipped_experiment(
     tmp_path, tiny_vocab, tiny_config):
-  wheel = _build_wheel(tmp_path)
-  bin_dir = _fresh_venv_with(wheel, tmp_path / "venv")
+  python = _fresh_venv(tmp_path / "venv")
+  install, broken = _install(python, _build_wheel(tmp_path))
+  # Its declared dependencies resolved (no --no-deps) and pip check passes.
+  assert install.returncode == 0, install.stderr
+  assert broken == []
+  requires = subprocess.run(
+      [python, "-c", "import importlib.metadata as m; "
+       "print('\\n'.join(m.requires('bertexp')))"], check=True,
+      capture_output=True, text=True).stdout
+  for package in ("tensorflow", "tf-keras", "tensorflow-text", "gin-config",
+                  "safetensors"):
+    assert package in requires, requires
+  bin_dir = tmp_path / "venv" / "bin"
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -88,7 +88,12 @@ def read_safetensors(path):
   """{name: float32 numpy array} of a safetensors file (a `bert.` prefix dropped)."""
   from safetensors import numpy as st_numpy  # only the converter needs it
   with tf.io.gfile.GFile(path, "rb") as f:
-    raw = st_numpy.load(f.read())
+    content = f.read()
+  try:
+    raw = st_numpy.load(content)
+  except Exception as e:  # safetensors raises its own error types
+    raise ValueError(f"{path}: not a safetensors file, or damaged "
+                     f"({type(e).__name__}: {e})") from None
   tensors = {}
   for name, value in raw.items():
     # BertModel checkpoints have no prefix; task models (BertFor...) use bert.
@@ -100,6 +105,9 @@ def read_safetensors(path):
 def hf_config(config_path):
   """A BertConfig from a Hugging Face config.json."""
   values = fileio.read_json(config_path)
+  if not isinstance(values, dict):
+    raise ValueError(f"{config_path}: expected a JSON object (a Hugging Face "
+                     "config.json)")
   if values.get("model_type", "bert") != "bert":
     logging.warning("%s: model_type %r, converting as BERT", config_path,
                     values.get("model_type"))

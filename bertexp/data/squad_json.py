@@ -38,7 +38,8 @@ def load_json(path, what):
 
   Args:
     path: the file.
-    what: "dataset", "predictions" or "null odds".
+    what: "dataset", "predictions", "null odds" or "n-best"
+      ({question id: [{"text": answer, ...}, ...]}, as predict writes it).
   Returns:
     The parsed JSON value.
   Raises:
@@ -47,9 +48,23 @@ def load_json(path, what):
   value = fileio.read_json(path)
   if what == "dataset":
     _check_dataset(path, value)
+  elif what == "n-best":
+    _check_nbest(path, value)
   elif not isinstance(value, dict) or not all(
       isinstance(v, str if what == "predictions" else (float, int)) and
       not isinstance(v, bool) for v in value.values()):
     raise ValueError(f"{path}: expected a JSON object of question id -> "
                      f"{'answer text' if what == 'predictions' else 'number'}")
   return value
+
+
+def _check_nbest(path, value):
+  """{question id: [{"text": str, ...}, ...]}, or a clear error."""
+  if not isinstance(value, dict):
+    raise ValueError(f"{path}: expected a JSON object of question id -> list "
+                     "of candidate answers")
+  for qid, candidates in value.items():
+    for candidate in json_objects(candidates, f"{path}: {qid!r}"):
+      if not isinstance(candidate.get("text"), str):
+        raise ValueError(f"{path}: {qid!r}: each candidate needs a 'text' "
+                         "string")

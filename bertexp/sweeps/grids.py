@@ -63,6 +63,29 @@ NAMED = {
 }
 
 
+def _run_grid_file(path):
+  """The value of `grid()` in the Python file at `path`.
+
+  Raises:
+    ValueError: the file does not run, defines no grid(), or grid() fails
+      (the message names the file and, for a syntax error, the line).
+  """
+  try:
+    namespace = runpy.run_path(path)
+  except SyntaxError as e:
+    raise ValueError(f"{path}:{e.lineno}: not valid Python ({e.msg})") from None
+  except Exception as e:  # the user's own code: name it, keep the cause
+    raise ValueError(f"{path}: running it failed: {type(e).__name__}: "
+                     f"{e}") from e
+  if not callable(namespace.get("grid")):
+    raise ValueError(f"{path}: defines no function grid() returning the "
+                     "list of binding sets")
+  try:
+    return namespace["grid"]()
+  except Exception as e:
+    raise ValueError(f"{path}: grid() failed: {type(e).__name__}: {e}") from e
+
+
 def load_grid(spec):
   """A named grid or the `grid()` of a Python file -> list of plain dicts."""
   if spec in NAMED:
@@ -70,20 +93,23 @@ def load_grid(spec):
   elif spec.endswith(".py"):
     if not os.path.exists(spec):
       raise FileNotFoundError(f"--grid {spec}: file not found")
-    namespace = runpy.run_path(spec)
-    if not callable(namespace.get("grid")):
-      raise ValueError(f"{spec}: defines no function grid() returning the "
-                       "list of binding sets")
-    raw, where = namespace["grid"](), spec
+    raw, where = _run_grid_file(spec), spec
   else:
     raise ValueError(f"--grid {spec!r}: not one of {sorted(NAMED)} and not a "
                      ".py file")
+  if not isinstance(raw, (list, tuple)):
+    raise ValueError(f"{where}: grid() must return a list of binding sets "
+                     f"(dicts), got {type(raw).__name__}")
   grid = []
   for i, bindings in enumerate(raw):
-    bindings = (bindings.to_dict() if isinstance(bindings, ml_collections.ConfigDict)
-                else dict(bindings))
+    if isinstance(bindings, ml_collections.ConfigDict):
+      bindings = bindings.to_dict()
+    if not isinstance(bindings, dict):
+      raise ValueError(f"{where}: binding set {i} is a "
+                       f"{type(bindings).__name__}, expected a dict of "
+                       "MACRO: value")
     for name, value in bindings.items():
-      if not _MACRO.match(name):
+      if not isinstance(name, str) or not _MACRO.match(name):
         raise ValueError(f"{where}: binding set {i}: {name!r} is not a gin "
                          "macro name (UPPER_CASE, e.g. LEARNING_RATE)")
       if not isinstance(value, (bool, int, float, str)) and value is not None:

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import prepare
 from bertexp.model import encoders
@@ -27,32 +28,18 @@ SUBMISSION_FILES = {
 }
 
 
-def _check_meta(meta, path):
+def _read_meta(path):
   """The fields training needs, with their types (a clear error naming the
   file, not a KeyError mid-run)."""
-  if not isinstance(meta, dict):
-    raise ValueError(f"{path}: expected a JSON object (bertexp prepare's "
-                     "meta data)")
-  counts = ["max_seq_length", "num_labels"] + [
-      k for k in ("train_data_size", "eval_data_size", "test_data_size",
-                  "vocab_size") if k in meta]
-  for key in counts + ["label_type"]:
-    if key not in meta:
-      raise ValueError(f"{path}: missing field {key!r}")
-  for key in counts:
-    value = meta[key]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (
-        key in ("max_seq_length", "num_labels") and value < 1):
-      raise ValueError(f"{path}: field {key!r} must be a positive integer, "
-                       f"got {value!r}")
-  if meta["label_type"] not in ("int", "float"):
+  meta = meta_data.read_meta_data(
+      path, positive=("max_seq_length", "num_labels"),
+      counts=("train_data_size", "eval_data_size", "test_data_size",
+              "vocab_size"))
+  if meta.get("label_type") not in ("int", "float"):
     raise ValueError(f"{path}: label_type must be 'int' or 'float', got "
-                     f"{meta['label_type']!r}")
-  sizes = meta.get("split_sizes", {})
-  if not isinstance(sizes, dict) or not all(
-      isinstance(v, int) and not isinstance(v, bool) and v >= 0
-      for v in sizes.values()):
-    raise ValueError(f"{path}: split_sizes must map split names to counts")
+                     f"{meta.get('label_type')!r}")
+  meta_data.split_sizes(meta, path)
+  return meta
 
 
 @gin.configurable(module="bertexp")
@@ -70,9 +57,8 @@ class ClassificationTask(base.Task):
                dropout_rate=None, metric_names=None,
                seed=None, shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
-    self.meta = fileio.read_json(meta_data_path)
+    self.meta = _read_meta(meta_data_path)
     self.meta_data_path = meta_data_path
-    _check_meta(self.meta, meta_data_path)
     self.train_data_path = train_data_path
     self.eval_paths = {}
     if eval_data_path:

@@ -21,6 +21,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.checkpoints import converters
+from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.model import encoders
 from bertexp.model import memory_plan
@@ -102,7 +103,9 @@ class PretrainingTask(base.Task):
                shuffle_buffer_size=10000, max_eval_examples=None):
     self.bert_config_file = bert_config_file
     self.meta_data_path = meta_data_path
-    self.meta = fileio.read_json(meta_data_path)
+    self.meta = meta_data.read_meta_data(
+        meta_data_path, positive=("max_seq_length", "max_predictions_per_seq"),
+        counts=("train_data_size",), strings=("vocab_file",))
     if self.meta.get("task") != "pretraining":
       raise ValueError(f"{meta_data_path}: not pretraining data (task "
                        f"{self.meta.get('task')!r})")

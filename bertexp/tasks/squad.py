@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import squad as squad_data
 from bertexp.data import squad_json
@@ -66,7 +67,11 @@ class QuestionAnsweringTask(base.Task):
                max_answer_length=30, null_score_diff_threshold=0.0, seed=None,
                shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
-    self.meta = fileio.read_json(meta_data_path)
+    self.meta = meta_data.read_meta_data(
+        meta_data_path,
+        positive=("max_seq_length", "doc_stride", "max_query_length"),
+        counts=("train_data_size",),
+        flags=("version_2_with_negative", "do_lower_case"))
     self.meta_data_path = meta_data_path
     if bool(self.meta.get("version_2_with_negative")) != version_2_with_negative:
       raise ValueError(

@@ -52,8 +52,8 @@ def f1_score(gold, prediction, empty_matches_empty):
 
 def _questions(dataset):
   for article in dataset["data"]:
-    for paragraph in article["paragraphs"]:
-      for qa in paragraph["qas"]:
+    for paragraph in article.get("paragraphs", []):
+      for qa in paragraph.get("qas", []):
         yield qa
 
 
@@ -176,13 +176,29 @@ def evaluate_files(data_file, pred_file, na_prob_file=None,
   return evaluate_v1(dataset, predictions)
 
 
-def rethreshold(dataset, nbest, null_odds):
+def rethreshold(dataset, nbest, null_odds, *, nbest_file="n-best",
+                na_prob_file="null odds"):
   """google-research's two-pass v2.0 recipe in one step: the threshold that
   maximises F1 on `dataset`, and the predictions it gives.
 
-  nbest: {qid: [{"text": ...}, ...]} as written by predict; null_odds:
-  {qid: null score - best non-null score}. Returns (threshold, predictions).
+  Args:
+    dataset: the SQuAD v2.0 dataset (checked).
+    nbest: {qid: [{"text": ...}, ...]} as written by predict.
+    null_odds: {qid: null score - best non-null score}.
+    nbest_file, na_prob_file: their files' names, for errors.
+  Returns:
+    (threshold, predictions).
+  Raises:
+    ValueError: the two files do not cover the same questions, or name
+      questions the dataset does not have.
   """
+  if set(nbest) != set(null_odds):
+    missing = sorted(set(nbest) ^ set(null_odds))[:3]
+    raise ValueError(f"{nbest_file} and {na_prob_file} cover different "
+                     f"questions (e.g. {missing})")
+  if not nbest:
+    raise ValueError(f"{nbest_file}: no questions")
+  check_prediction_ids(dataset, nbest, nbest_file)
   best_text = {qid: next((c["text"] for c in candidates if c["text"]), "")
                for qid, candidates in nbest.items()}
   # Score the non-null answers; the sweep decides where "no answer" wins.

@@ -1,13 +1,16 @@
 """Every task on every strategy (the README's strategy matrix).
 
 Classification, regression, SQuAD v1.1, SQuAD v2.0 and pretraining each train
-a few steps, evaluate and predict on: the default strategy; mirrored over 2
-simulated CPU replicas; 2 MultiWorkerMirroredStrategy workers on localhost.
-With dropout off and a fixed data order, the 2-replica and 2-worker weights
-equal the 1-replica weights over the same global batch, and so do the
-evaluation metrics and predictions. Every shipped TPU experiment runs as the
-TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA) with only data and
-model paths bound to the fixtures.
+a few steps, evaluate and predict on the default strategy and on 2
+MultiWorkerMirroredStrategy workers on localhost; classification also on 2
+mirrored CPU replicas. With dropout off and a fixed data order, the
+multi-replica weights, loss, gradient norm, evaluation metrics and
+predictions equal the 1-replica ones over the same global batch.
+
+The TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA, static shapes):
+every shipped TPU experiment, with only data and model paths bound to the
+fixtures, runs once in float32 against the same file on one replica (equal,
+as above) and once as shipped in bfloat16 (it compiles and trains).
 """
 import concurrent.futures
 import glob
@@ -139,43 +142,64 @@ TPU_EXPERIMENTS = sorted(
 TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
     "experiments/demo/movie_score_regression_cpu.gin"]
 # These two also predict: the classification path with three test splits
-# and the QA path with v2.0's null answers. The 2-replica and 2-worker cells
-# predict for every task.
+# and the QA path with v2.0's null answers (in every run of the TPU check).
+# The 2-replica and 2-worker cells predict for every task.
 PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
                         "experiments/squad/squad_v2_tpu.gin")
-# The one cell on tpu_check.gin's own 8 replicas (a TPU v3-8's cores): the
-# QA path, the most involved. The others run their file on 2: graph building
-# grows with the replica count (a cell costs about 100 CPU-seconds at 8, 55
-# at 4, 32 at 2), and what 8 adds for them, batches that split over 8 cores,
-# test_tpu_batches_split_over_eight_cores checks from the files.
-EIGHT_REPLICA_CELL = "experiments/squad/squad_v2_tpu.gin"
 TPU_CORES = 8
+# The float32 TPU check trains this many steps at mf.LEARNING_RATE: enough
+# for every compared kernel to move 100x the equality tolerance.
+TPU_FLOAT32_STEPS = mf.TRAIN_STEPS
 
 
-def _replicas(gin_file):
-  return TPU_CORES if gin_file == EIGHT_REPLICA_CELL else 2
+def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
+  """`bertexp train` of the shipped file with only data and model paths
+  bound to the fixtures: as shipped (tpu.gin's bfloat16, 2 training steps)
+  on the TPU check's 8 replicas with XLA; or, for the equality check,
+  trained, evaluated (and predicting, for PREDICT_ON_TPU_CHECK) in float32
+  at mf.LEARNING_RATE for TPU_FLOAT32_STEPS with dropout off and a fixed
+  data order, on the same 8 replicas or on the default strategy."""
+  params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
+  extra = []
+  if float32:
+    params.update(TRAIN_STEPS=TPU_FLOAT32_STEPS, LEARNING_RATE=mf.LEARNING_RATE,
+                  SEED=3)
+    extra = FLOAT32 + list(spec["order"])
+  gin_files = [gin_file]
+  if one_replica:
+    extra += mf.STRATEGIES["default"] + (
+        ["TPU_ADDRESS=None"] if gin_file in TPU_EXPERIMENTS else [])
+  else:
+    gin_files.append("runtime/tpu_check.gin")
+    params["CPU_REPLICAS"] = TPU_CORES
+  mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
+          "train_and_eval") if float32 else "train"
+  return mf.train_args(gin_files, params, extra, mode=mode)
 
 
 @pytest.fixture(scope="module")
 def tpu_check_runs(fixtures, tmp_path_factory):
-  """Starts every TPU-check cell at once, two processes at a time, while the
-  other cells run here: each is a new `bertexp train` process (the shipped
-  file itself + runtime/tpu_check.gin; cpu_replicas splits the CPU into 8
-  or 2 before TensorFlow starts), with only data and model paths bound to
-  the fixtures, and two steps; two also predict (train_eval_predict). Most of
-  a run's minute is single-threaded graph building, so two side by side
-  take little longer than one."""
+  """Starts every TPU-check run at once, two processes at a time, while the
+  other cells run here. Per shipped TPU file: as shipped on 8 replicas
+  ("shipped"), in float32 on 8 replicas ("float32") and in float32 on one
+  ("one_replica"); each a new `bertexp train` process (cpu_replicas splits
+  the CPU into 8 before TensorFlow starts). Returns {gin_file: {run:
+  (params, future)}}; most of a run's minute is single-threaded graph
+  building, so two side by side take little longer than one."""
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
   runs = {}
   for gin_file in TPU_CHECK_CELLS:
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
-    model_dir = str(tmp_path_factory.mktemp("tpu_check"))
-    params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2,
-                  CPU_REPLICAS=_replicas(gin_file))
-    mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
-            "train_and_eval")
-    runs[gin_file] = (params, pool.submit(mf.run_cli, mf.train_args(
-        [gin_file, "runtime/tpu_check.gin"], params, mode=mode)))
+    runs[gin_file] = {}
+    kinds = [("float32", dict(float32=True)),
+             ("one_replica", dict(float32=True, one_replica=True))]
+    if gin_file in TPU_EXPERIMENTS:
+      kinds.append(("shipped", dict(float32=False)))
+    for run, how in kinds:
+      model_dir = str(tmp_path_factory.mktemp(f"tpu_{run}"))
+      args = _tpu_check_args(gin_file, spec, model_dir, **how)
+      runs[gin_file][run] = (dict(spec["tpu"][gin_file], MODEL_DIR=model_dir),
+                             pool.submit(mf.run_cli, args))
   yield runs
   pool.shutdown(wait=True)
 
@@ -184,25 +208,34 @@ def test_every_shipped_tpu_file_has_a_tpu_check_cell_that_ran(
     fixtures, tpu_check_runs):
   covered = {f for spec in fixtures.values() for f in spec["tpu"]}
   assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
-  assert EIGHT_REPLICA_CELL in TPU_CHECK_CELLS
 
 
-@pytest.mark.parametrize("gin_file", TPU_EXPERIMENTS)
-def test_tpu_batches_split_over_eight_cores(gin_file):
-  """Each shipped TPU file's train and eval batches split evenly over a
-  v3-8's 8 cores (a run checks its train batch at start; all TPU-check
-  cells but one run on 2 replicas, so this reads the files)."""
-  macros = {}
-  for line in open(os.path.join(REPO, gin_file)):
-    name, _, value = line.partition("=")
-    if name.strip() in ("TRAIN_BATCH_SIZE", "EVAL_BATCH_SIZE"):
-      macros[name.strip()] = int(value.split("#")[0])
-  assert set(macros) == {"TRAIN_BATCH_SIZE", "EVAL_BATCH_SIZE"}, gin_file
-  for name, batch in macros.items():
-    assert batch % TPU_CORES == 0, f"{gin_file}: {name} = {batch}"
+@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
+def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
+  """The shipped file on 8 XLA replicas in float32 gives the weights, loss,
+  gradient norm, metrics and predictions of the same file on one replica:
+  what the TPU check adds (8-way split batches, XLA, static shapes) changes
+  no number beyond float noise, and each kernel moved far more than that."""
+  runs = tpu_check_runs[gin_file]
+  for _, future in runs.values():
+    future.result()
+  ours = runs["float32"][0]["MODEL_DIR"]
+  reference = runs["one_replica"][0]["MODEL_DIR"]
+  config = open(os.path.join(ours, "config.gin")).read()
+  assert f"CPU_REPLICAS = {TPU_CORES}" in config and "jit_compile = True" in config
+  assert mf.summary(ours)["replicas"] == TPU_CORES
+  assert mf.summary(reference)["replicas"] == 1
+  _assert_equal_runs(ours, reference,
+                     runs["float32"][0].get("INIT_CHECKPOINT"))
+  _assert_every_example_counted_once(runs["float32"][0], ours)
+  assert bool(_prediction_files(ours)) == (gin_file in PREDICT_ON_TPU_CHECK)
 
 
-@pytest.mark.parametrize("task", TASKS)
+# Two mirrored CPU replicas without XLA (the multi-GPU path) for one task:
+# every task's replicated step is compared with one replica by the TPU
+# check's float32 cells (8 replicas, XLA) and, without XLA, by the
+# two-worker cells; the mirrored step is the same code for every task.
+@pytest.mark.parametrize("task", ["classification"])
 def test_two_cpu_replicas_equal_one_replica(task, fixtures, one_replica,
                                             tmp_path):
   model_dir = str(tmp_path / "run")
@@ -308,21 +341,30 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
   assert betas == {0.9, 0.999}
 
 
-@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
-def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
-  """8 CPU replicas (2 but in one cell), XLA, bfloat16, two steps; evaluation covers
-  every example exactly once; predictions (where made) cover every test
-  example."""
-  params, run = tpu_check_runs[gin_file]
+@pytest.mark.parametrize("gin_file", TPU_EXPERIMENTS)
+def test_tpu_experiment_as_shipped_compiles_and_trains_in_bfloat16(
+    gin_file, tpu_check_runs):
+  """The shipped file as it is (tpu.gin's mixed_bfloat16, its own batch
+  size, learning rate and dropout) compiles with XLA on 8 CPU replicas and
+  trains two steps of its global batch to finite weights."""
+  params, run = tpu_check_runs[gin_file]["shipped"]
   run.result()
   model_dir = params["MODEL_DIR"]
   summary = mf.summary(model_dir)
-  assert summary["steps_this_run"] == 2
-  config = open(os.path.join(model_dir, "config.gin")).read()
-  assert "cpu_replicas = %CPU_REPLICAS" in config and "jit_compile = True" in config
-  assert f"CPU_REPLICAS = {_replicas(gin_file)}" in config
-  metrics = summary["eval_metrics"]
-  assert metrics and all(np.isfinite(v) for v in metrics.values())
+  assert summary["steps_this_run"] == 2 and summary["nonfinite_steps"] == 0
+  assert summary["replicas"] == TPU_CORES
+  assert summary["provenance"]["precision"] == "mixed_bfloat16"
+  assert "jit_compile = True" in open(os.path.join(model_dir,
+                                                   "config.gin")).read()
+  assert summary["examples_seen"] == 2 * summary["global_batch_size"]
+  assert all(np.isfinite(w).all() for w in mf.model_weights(
+      model_dir, step=2).values())
+
+
+def _assert_every_example_counted_once(params, model_dir):
+  """Evaluation covers every example exactly once; predictions (where made)
+  cover every test example."""
+  metrics = mf.summary(model_dir)["eval_metrics"]
   meta = json.load(open(params["INPUT_META_DATA_PATH"]))
   if "mlm_accuracy" in metrics:
     assert metrics["num_examples"] == sum(
@@ -334,14 +376,14 @@ def test_tpu_experiment_runs_as_the_tpu_check(gin_file, tpu_check_runs):
   if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
     assert metrics["mismatched/num_examples"] == meta["split_sizes"][
         "eval_mismatched"]
-  if gin_file not in PREDICT_ON_TPU_CHECK:
-    return
-  if "TEST_DATA_PATH" in params:
+  if "TEST_DATA_PATH" in params and os.path.exists(
+      os.path.join(model_dir, "test_results.tsv")):
     for split in ("test", "test_mismatched"):
       name = "test_results.tsv" if split == "test" else f"test_results_{split}.tsv"
       rows = open(os.path.join(model_dir, name)).read().splitlines()
       assert len(rows) == meta["split_sizes"][split]
-  if "PREDICT_FILE" in params:
+  if "PREDICT_FILE" in params and os.path.exists(
+      os.path.join(model_dir, "predictions.json")):
     predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
     assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))
 

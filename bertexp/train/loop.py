@@ -330,7 +330,7 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
       resumed_from_step=resumed_step,
       nonfinite_steps=int(state.nonfinite_steps.numpy()),
       examples_seen=int(state.examples_seen.numpy()),
-      global_batch_size=batch,
+      global_batch_size=batch, replicas=strategy.num_replicas_in_sync,
       examples_per_second=(steps_run * batch / (time.time() - train_start)
                            if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,

@@ -12,6 +12,7 @@ is skipped (with a warning naming it) wherever a MODEL_DIR is given, and a
 damaged checkpoint named explicitly is an error, never a silent load.
 """
 import logging
+import re
 
 import tensorflow as tf
 
@@ -187,6 +188,25 @@ def restore_model(model, model_dir, checkpoint_path=None):
   return path
 
 
+def layer_report(prefix, model_layers):
+  """"" when the checkpoint at `prefix` has the model's depth; else which of
+  its layers went where (and a warning in the log): a 6-layer checkpoint
+  loads into a 3-layer model as its layers 0-2, the rest unused."""
+  blocks = {int(m.group(1)) for name, _ in tf.train.list_variables(prefix)
+            for m in [re.search(r"encoder/blocks/(\d+)/", name)] if m}
+  if not blocks or len(blocks) == model_layers:
+    return ""
+  used = min(model_layers, len(blocks))
+  report = (f" (layers 0-{used - 1} of the checkpoint's {len(blocks)} -> "
+            f"the model's layers 0-{used - 1} of {model_layers}")
+  if len(blocks) > model_layers:
+    report += f"; checkpoint layers {used}-{len(blocks) - 1} unused"
+  report += ")"
+  logging.warning("INIT_CHECKPOINT %s has %d layers, the model %d:%s", prefix,
+                  len(blocks), model_layers, report)
+  return report
+
+
 def initialise_from_checkpoint(model, optimizer, init_checkpoint,
                                with_optimizer=False):
   """Starts a run from INIT_CHECKPOINT.
@@ -211,6 +231,7 @@ def initialise_from_checkpoint(model, optimizer, init_checkpoint,
     AssertionError: an encoder variable is missing from the checkpoint.
   """
   prefix = restore_encoder(model.encoder, init_checkpoint)
+  layers = layer_report(prefix, len(model.encoder.blocks))
   bad = verified.nonfinite_variables(model.encoder.variables)
   if bad:
     raise ValueError(f"INIT_CHECKPOINT {prefix} holds non-finite values (NaN "
@@ -220,7 +241,7 @@ def initialise_from_checkpoint(model, optimizer, init_checkpoint,
     if with_optimizer:
       raise ValueError(f"INIT_CHECKPOINT {prefix} holds an encoder only: "
                        "it has no optimizer state to initialise from")
-    return f"the encoder from {prefix}"
+    return f"the encoder from {prefix}{layers}"
   # The encoder is restored; the heads the checkpoint has come too.
   objects = dict(model=model, optimizer=optimizer) if with_optimizer else dict(
       model=model)
@@ -233,4 +254,4 @@ def initialise_from_checkpoint(model, optimizer, init_checkpoint,
   if with_optimizer:
     optimizer.iterations.assign(0)
     restored += " and the optimizer state"
-  return f"{restored} from {prefix}"
+  return f"{restored} from {prefix}{layers}"

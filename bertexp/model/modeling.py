@@ -314,12 +314,14 @@ class TransformerBlock(tf_keras.layers.Layer):
     return tf.transpose(x, [0, 2, 1, 3])                              # [B, N, S, D]
 
   def call(self, x32, attention_bias, training=None, dropout_seed=None,
-           first_token_only=False):
+           first_token_only=False, return_scores=False):
     # x32: float32 [B, S, H]; attention_bias: [B, 1, 1, S], 0 to attend,
     # -10000 to not. dropout_seed: [2] or None; each of the three dropouts
     # folds in its salt. With first_token_only only position 0 queries (its
     # keys and values still cover the sequence): the output is [B, 1, H],
     # position 0's row of the full output, at about a sixth of the work.
+    # With return_scores: (output, scores [B, N, Q, S] before the softmax,
+    # float32, without the attention bias).
     x = tf.cast(x32, self.compute_dtype)
     queries = x                                                      # [B, Q, H]
     if first_token_only:                                             # Q = 1, else S
@@ -348,7 +350,10 @@ class TransformerBlock(tf_keras.layers.Layer):
         tf.cast(h32, self.compute_dtype)))                           # [B, Q, H]
     ffn = self.hidden_dropout(ffn, training=training,
                               seed=fold_seed(dropout_seed, 2))
-    return self.output_layer_norm(h32 + tf.cast(ffn, tf.float32))
+    output = self.output_layer_norm(h32 + tf.cast(ffn, tf.float32))
+    if return_scores:
+      return output, tf.cast(scores, tf.float32)
+    return output
 
 
 class BertEncoder(tf_keras.Model):
@@ -377,7 +382,15 @@ class BertEncoder(tf_keras.Model):
         config.hidden_size, activation="tanh",
         kernel_initializer=_initializer(config), name="pooler")
 
-  def call(self, inputs, training=None, dropout_seed=None, pooled_only=False):
+  def call(self, inputs, training=None, dropout_seed=None, pooled_only=False,
+           return_layers=False):
+    """Args: inputs (the id dict), training, dropout_seed ([2] or None),
+    pooled_only (see the class), return_layers: also "hidden_states" (the
+    embeddings' output and each block's, L + 1 of [B, S, H]) and
+    "attention_scores" (each block's, L of [B, N, S, S] before the softmax),
+    what layer-wise distillation compares."""
+    if return_layers:
+      return self._call_with_layers(inputs, training, dropout_seed)
     word_ids = tf.cast(inputs["input_word_ids"], tf.int32)
     mask = tf.cast(inputs["input_mask"], tf.float32)
     type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
@@ -396,6 +409,27 @@ class BertEncoder(tf_keras.Model):
     if pooled_only:
       return {"pooled_output": pooled}
     return {"sequence_output": x, "pooled_output": pooled}
+
+  def _call_with_layers(self, inputs, training, dropout_seed):
+    mask = tf.cast(inputs["input_mask"], tf.float32)
+    attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
+    if dropout_seed is None and training is True:
+      dropout_seed = fresh_dropout_seed()
+    x = tf.cast(self.embeddings(
+        tf.cast(inputs["input_word_ids"], tf.int32),
+        tf.cast(inputs["input_type_ids"], tf.int32), training=training,
+        dropout_seed=fold_seed(dropout_seed, 0)), tf.float32)       # [B, S, H]
+    hidden_states, attention_scores = [x], []
+    for i, block in enumerate(self.blocks):
+      x, scores = block(x, attention_bias, training=training,
+                        dropout_seed=fold_seed(dropout_seed, i + 1),
+                        return_scores=True)
+      hidden_states.append(x)
+      attention_scores.append(scores)                                # [B, N, S, S]
+    pooled = tf.cast(self.pooler(x[:, 0]), tf.float32)               # [B, H]
+    return {"sequence_output": x, "pooled_output": pooled,
+            "hidden_states": hidden_states,
+            "attention_scores": attention_scores}
 
   def _run_block(self, block, x, attention_bias, training, seed,
                  first_token_only):
@@ -445,11 +479,18 @@ class ClassifierModel(tf_keras.Model):
             stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="classifier")
 
-  def call(self, inputs, training=None, dropout_seed=None):
-    pooled = self.encoder(inputs, training=training, pooled_only=True,
-                          dropout_seed=fold_seed(dropout_seed, 0))["pooled_output"]  # [B, H]
-    return self.classifier(self.dropout(
-        pooled, training=training, seed=fold_seed(dropout_seed, 1)))     # [B, L]
+  def call(self, inputs, training=None, dropout_seed=None,
+           return_layers=False):
+    """Logits [B, L]; with return_layers, (logits, the encoder's outputs
+    with its hidden states and attention scores)."""
+    encoded = self.encoder(inputs, training=training,
+                           pooled_only=not return_layers,
+                           return_layers=return_layers,
+                           dropout_seed=fold_seed(dropout_seed, 0))
+    logits = self.classifier(self.dropout(
+        encoded["pooled_output"], training=training,
+        seed=fold_seed(dropout_seed, 1)))                                # [B, L]
+    return (logits, encoded) if return_layers else logits
 
   def build_variables(self):
     self(self.encoder.dummy_inputs(), training=False)

@@ -171,6 +171,12 @@ class Task(abc.ABC):
     """Called once training ends (e.g. pretraining writes its encoder)."""
     del model, model_dir
 
+  def initialisation(self) -> Optional[str]:
+    """How `build_model` initialised weights besides INIT_CHECKPOINT (e.g.
+    layers copied from a teacher), for the log and the Training Summary;
+    None when it did not."""
+    return None
+
   def num_train_examples(self) -> int:
     return 0
 

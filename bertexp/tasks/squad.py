@@ -42,14 +42,19 @@ class SpanModel(tf_keras.Model):
     """For Keras' saving metadata (see BertEncoder.get_config)."""
     return {"encoder": self.encoder.get_config()}
 
-  def call(self, inputs, training=None, dropout_seed=None):
-    sequence = self.encoder(inputs, training=training,
-                            dropout_seed=dropout_seed)["sequence_output"]
-    logits = self.span_head(sequence)                                # [B, S, 2]
+  def call(self, inputs, training=None, dropout_seed=None,
+           return_layers=False):
+    """Span logits [B, S, 2]; with return_layers, (logits, the encoder's
+    outputs with its hidden states and attention scores)."""
+    encoded = self.encoder(inputs, training=training,
+                           dropout_seed=dropout_seed,
+                           return_layers=return_layers)
+    logits = self.span_head(encoded["sequence_output"])              # [B, S, 2]
     # Padding can hold no answer: masked out of the span softmax, so the loss
     # does not depend on how far a batch is padded (dynamic padding, replicas).
     padding = 1.0 - tf.cast(inputs["input_mask"], logits.dtype)      # [B, S]
-    return logits + padding[:, :, tf.newaxis] * -10000.0
+    logits = logits + padding[:, :, tf.newaxis] * -10000.0
+    return (logits, encoded) if return_layers else logits
 
   def build_variables(self):
     self(self.encoder.dummy_inputs(), training=False)

@@ -84,22 +84,33 @@ def _build_optimizer(model, strategy, precision, schedule):
 
 
 def _start_weights(model, optimizer, model_dir, resume_from, init_checkpoint,
-                   init_optimizer_state):
+                   init_optimizer_state, task_initialisation=None):
   """Logs where the weights come from; applies INIT_CHECKPOINT on a fresh run
-  (a resumed run is restored by the orbit Controller)."""
+  (a resumed run is restored by the orbit Controller). Returns that, in
+  words, for the Training Summary."""
   if resume_from:
     logging.info("resuming from %s (weights, optimizer, step and data "
                  "position); INIT_CHECKPOINT is not used", resume_from)
-  elif init_checkpoint:
-    logging.info("initialised %s (INIT_CHECKPOINT)",
-                 run_dir.initialise_from_checkpoint(
-                     model, optimizer, init_checkpoint, init_optimizer_state))
-  elif isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
+    return f"resumed from {resume_from}"
+  if init_checkpoint and task_initialisation:
+    raise ValueError(f"INIT_CHECKPOINT {init_checkpoint} would overwrite the "
+                     f"task's own initialisation ({task_initialisation}): "
+                     "bind INIT_CHECKPOINT=None, or let the task start at "
+                     "random (e.g. student_init='checkpoint')")
+  if init_checkpoint:
+    what = run_dir.initialise_from_checkpoint(
+        model, optimizer, init_checkpoint, init_optimizer_state)
+    logging.info("initialised %s (INIT_CHECKPOINT)", what)
+    return what
+  if task_initialisation:
+    return task_initialisation        # the task logged it when it built
+  if isinstance(getattr(model, "encoder", None), encoders.SavedModelEncoder):
     logging.info("the encoder starts from HUB_MODULE_URL %s (trainable: %s)",
                  model.encoder.path, model.encoder.trainable)
-  else:
-    logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
-                    "from random initialisation", model_dir)
+    return f"HUB_MODULE_URL {model.encoder.path}"
+  logging.warning("no checkpoint in %s and no INIT_CHECKPOINT: training "
+                  "from random initialisation", model_dir)
+  return "random"
 
 
 def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size,
@@ -286,8 +297,9 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
   manager = _checkpoint_manager(
       model, optimizer, state, model_dir, loop.max_checkpoints,
       loop.checkpoint_interval_steps or schedule.steps_per_epoch)
-  _start_weights(model, optimizer, model_dir, resume_from,
-                 loop.init_checkpoint, loop.init_optimizer_state)
+  initialisation = _start_weights(
+      model, optimizer, model_dir, resume_from, loop.init_checkpoint,
+      loop.init_optimizer_state, task.initialisation())
   if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
     return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
@@ -331,6 +343,7 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
       nonfinite_steps=int(state.nonfinite_steps.numpy()),
       examples_seen=int(state.examples_seen.numpy()),
       global_batch_size=batch, replicas=strategy.num_replicas_in_sync,
+      initialisation=initialisation,
       examples_per_second=(steps_run * batch / (time.time() - train_start)
                            if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,

@@ -1,0 +1,463 @@
+"""Knowledge distillation: a smaller student learns from a fine-tuned run.
+
+The teacher is a finished bertexp run of classification, regression or
+SQuAD (its MODEL_DIR, best_checkpoint/ or a ckpt-N); its BERT config comes
+from that run's own operative_config.gin. It is frozen and runs in inference
+mode inside the train step. The student is the task bound as `student`
+(data, labels, metrics, its own bert_config_file); what the run saves is
+the student alone, with the student task's checkpoint layout, so eval,
+predict, export, TFLite, Hugging Face export and the Predictor treat it as
+any other model of that task.
+
+The loss is a weighted sum of terms, each normalised over the global batch
+as every task's loss is:
+  distill    KL(teacher || student) of the outputs softened at temperature
+             T, times T^2 (regression: squared error to the teacher's
+             value; SQuAD: start and end positions, averaged);
+  label      the student task's own loss on the labels;
+  hidden     mean squared error of hidden states (embeddings and mapped
+             layers) through a learned projection when widths differ;
+  attention  mean squared error of the mapped layers' attention scores
+             (before the softmax, real tokens only).
+TinyBERT's two stages are two runs: the intermediate terms alone, then the
+distill term from the first run (student_init="checkpoint",
+INIT_CHECKPOINT = the first MODEL_DIR).
+"""
+import copy
+import logging
+import re
+
+import gin
+import tensorflow as tf
+import tf_keras
+
+from bertexp.checkpoints import run_dir
+from bertexp.model import modeling
+from bertexp.tasks import base
+from bertexp.tasks import squad as squad_task
+from bertexp.util import fileio
+
+STUDENT_INITS = ("teacher_layers", "checkpoint", "random")
+
+
+def soft_cross_entropy(teacher_logits, student_logits, temperature, axis=-1):
+  """Per-example KL(teacher || student) at `temperature`, times T^2.
+
+  Args:
+    teacher_logits, student_logits: [B, ..., C] (classes on `axis`).
+    temperature: T > 0; softens both distributions.
+    axis: the class axis.
+  Returns:
+    [B, ...] float32 (the class axis reduced); 0 where the two agree.
+  """
+  t = tf.cast(teacher_logits, tf.float32) / temperature
+  s = tf.cast(student_logits, tf.float32) / temperature
+  log_p_teacher = tf.nn.log_softmax(t, axis=axis)
+  kl = tf.reduce_sum(tf.exp(log_p_teacher) * (
+      log_p_teacher - tf.nn.log_softmax(s, axis=axis)), axis=axis)
+  return kl * (temperature ** 2)
+
+
+def layer_pairs(layer_map, student_layers, teacher_layers):
+  """(student layer, teacher layer) pairs compared by the intermediate
+  losses, 1-based block outputs (hidden state 0, the embeddings, is always
+  paired with 0 by the hidden-state loss).
+
+  Args:
+    layer_map: "uniform" (student layer i <-> teacher layer i * k, k =
+      teacher depth / student depth, as TinyBERT), "last" (last <-> last),
+      or a list giving each student layer's teacher layer (1-based).
+    student_layers, teacher_layers: the two depths.
+  Returns:
+    A list of (student, teacher) pairs.
+  Raises:
+    ValueError: a map that does not fit the two depths (named).
+  """
+  depths = (f"student of {student_layers} layers, teacher of "
+            f"{teacher_layers}")
+  if layer_map == "uniform":
+    if teacher_layers % student_layers:
+      raise ValueError(f"layer_map 'uniform' needs the teacher's depth to be "
+                       f"a multiple of the student's ({depths}): give a list")
+    k = teacher_layers // student_layers
+    return [(i, i * k) for i in range(1, student_layers + 1)]
+  if layer_map == "last":
+    return [(student_layers, teacher_layers)]
+  if isinstance(layer_map, (list, tuple)):
+    if len(layer_map) != student_layers or not all(
+        isinstance(t, int) and not isinstance(t, bool) and
+        1 <= t <= teacher_layers for t in layer_map):
+      raise ValueError(f"layer_map {list(layer_map)}: expected one teacher "
+                       f"layer in 1..{teacher_layers} for each student layer "
+                       f"({depths})")
+    return list(zip(range(1, student_layers + 1), layer_map))
+  raise ValueError(f"layer_map {layer_map!r}: expected 'uniform', 'last' or "
+                   f"a list of teacher layers ({depths})")
+
+
+def teacher_config_from_run(teacher):
+  """The bert_config_file the teacher run trained with, from its
+  operative_config.gin (or config.gin).
+
+  Args:
+    teacher: the run's MODEL_DIR, its best_checkpoint/ or a ckpt-N prefix.
+  Returns:
+    The path the run's gin config binds.
+  Raises:
+    FileNotFoundError: no config.gin beside the checkpoint.
+    ValueError: the config binds no bert_config_file.
+  """
+  teacher = str(teacher).rstrip("/")
+  parent = teacher.rpartition("/")[0] or "."
+  folders = [teacher, parent, parent.rpartition("/")[0] or "."]
+  for folder in folders:
+    for name in ("operative_config.gin", "config.gin"):
+      path = fileio.join(folder, name)
+      if tf.io.gfile.exists(path):
+        return _bound_config_file(path)
+  raise FileNotFoundError(f"teacher {teacher}: no operative_config.gin or "
+                          "config.gin of its run (bind "
+                          "bertexp.DistillationTask.teacher_bert_config_file)")
+
+
+def _bound_config_file(gin_path):
+  text = fileio.read_text(gin_path)
+  macros = dict(re.findall(r"^(\w+) = ['\"](.*)['\"]\s*$", text, re.M))
+  match = re.search(r"^[\w.]*bert_config_file = (\S.*?)\s*$", text, re.M)
+  if match:
+    value = match.group(1)
+    if value.startswith("%"):
+      value = macros.get(value[1:], "")
+    value = value.strip("'\"")
+    if value:
+      return value
+  raise ValueError(f"{gin_path}: binds no bert_config_file for the teacher")
+
+
+def _masked_mean(squared, mask):
+  """Per-example mean of `squared` [B, S, ...] over real positions."""
+  while len(mask.shape) < len(squared.shape):
+    mask = mask[..., tf.newaxis]
+  total = tf.reduce_sum(squared * mask, axis=list(range(1, len(squared.shape))))
+  count = tf.reduce_sum(tf.ones_like(squared) * mask,
+                        axis=list(range(1, len(squared.shape))))
+  return total / tf.maximum(count, 1.0)                              # [B]
+
+
+class DistillationModel(tf_keras.Model):
+  """The student, trained against a frozen teacher.
+
+  In inference (training=False) it is the student: same outputs, same
+  variables under the same checkpoint names (the student's layers are its
+  own attributes). The teacher is held outside Keras' tracking: it is never
+  trained, saved or exported. In training it returns {"logits": student
+  outputs [B, ...], "teacher_logits": the teacher's, "hidden_loss": [B],
+  "attention_loss": [B]}.
+  """
+
+  def __init__(self, student, teacher, *, hidden_pairs, attention_pairs,
+               **kwargs):
+    super().__init__(**kwargs)
+    for name, value in vars(student).items():
+      if isinstance(value, tf_keras.layers.Layer) and not name.startswith("_"):
+        setattr(self, name, value)
+    self._student_call = student.__call__
+    self._teacher_call = teacher.__call__
+    self.hidden_pairs = hidden_pairs
+    self.attention_pairs = attention_pairs
+    student_width = student.encoder.config.hidden_size
+    teacher_width = teacher.encoder.config.hidden_size
+    # Only when widths differ, and only where the hidden loss is used.
+    self.hidden_projection = (
+        modeling.Dense(teacher_width, name="hidden_projection")
+        if hidden_pairs and student_width != teacher_width else None)
+
+  def call(self, inputs, training=None, dropout_seed=None):
+    if not training:
+      return self._student_call(inputs, training=False)
+    layers = bool(self.hidden_pairs or self.attention_pairs)
+    teacher = self._teacher_call(inputs, training=False, return_layers=layers)
+    student = self._student_call(inputs, training=True,
+                                 dropout_seed=dropout_seed,
+                                 return_layers=layers)
+    teacher_logits, teacher_layers = teacher if layers else (teacher, None)
+    logits, student_layers = student if layers else (student, None)
+    mask = tf.cast(inputs["input_mask"], tf.float32)                 # [B, S]
+    zeros = tf.zeros(tf.shape(mask)[:1], tf.float32)
+    return {"logits": logits,
+            "teacher_logits": tf.stop_gradient(teacher_logits),
+            "hidden_loss": (self._hidden_loss(student_layers, teacher_layers,
+                                              mask) if self.hidden_pairs
+                            else zeros),
+            "attention_loss": (self._attention_loss(
+                student_layers, teacher_layers, mask)
+                               if self.attention_pairs else zeros)}
+
+  def _hidden_loss(self, student, teacher, mask):
+    losses = []
+    for s, t in [(0, 0)] + list(self.hidden_pairs):
+      ours = student["hidden_states"][s]                              # [B, S, Hs]
+      if self.hidden_projection is not None:
+        ours = tf.cast(self.hidden_projection(ours), tf.float32)      # [B, S, Ht]
+      theirs = tf.stop_gradient(teacher["hidden_states"][t])          # [B, S, Ht]
+      losses.append(_masked_mean(tf.square(ours - theirs), mask))
+    return tf.add_n(losses) / len(losses)                             # [B]
+
+  def _attention_loss(self, student, teacher, mask):
+    # Real query and key positions only: [B, 1, S, S].
+    pair_mask = mask[:, tf.newaxis, :, tf.newaxis] * mask[:, tf.newaxis,
+                                                          tf.newaxis, :]
+    losses = []
+    for s, t in self.attention_pairs:
+      ours = student["attention_scores"][s - 1]                       # [B, N, S, S]
+      theirs = tf.stop_gradient(teacher["attention_scores"][t - 1])
+      squared = tf.square(ours - theirs) * pair_mask
+      count = tf.reduce_sum(pair_mask, [1, 2, 3]) * tf.cast(
+          tf.shape(ours)[1], tf.float32)
+      losses.append(tf.reduce_sum(squared, [1, 2, 3]) / tf.maximum(count, 1.0))
+    return tf.add_n(losses) / len(losses)                             # [B]
+
+  def build_variables(self):
+    """Creates every variable (the projection's too) by one training call."""
+    self(modeling.dummy_inputs(), training=True)
+    return self
+
+
+@gin.configurable(module="bertexp")
+class DistillationTask(base.Task):
+  """A student task trained to match a fine-tuned teacher run.
+
+  Args:
+    student: the task whose data, labels, metrics and bert_config_file the
+      student uses (@bertexp.ClassificationTask() for classification or
+      regression, @bertexp.QuestionAnsweringTask() for SQuAD).
+    teacher: the teacher run: MODEL_DIR (its best checkpoint when it has
+      one, else its newest), a best_checkpoint/ folder or a ckpt-N prefix.
+    teacher_bert_config_file: the teacher's bert_config.json; default: the
+      one its run's operative_config.gin binds.
+    student_init: "teacher_layers" (embeddings, pooler and the layers of
+      `student_layers` copied from the teacher; the widths must agree),
+      "checkpoint" (INIT_CHECKPOINT, e.g. a small pretrained BERT or a first
+      distillation stage) or "random".
+    student_layers: for "teacher_layers", the teacher layer (0-based) each
+      student layer copies; default every k-th from 0 (k = teacher depth /
+      student depth), as DistilBERT.
+    temperature: T of the distill term.
+    distill_weight, label_weight, hidden_weight, attention_weight: the
+      weights of the four terms (a weight of 0 drops the term and its work).
+    layer_map: for the hidden and attention terms: "uniform", "last" or a
+      list (see `layer_pairs`).
+  """
+
+  def __init__(self, *, student=gin.REQUIRED, teacher=gin.REQUIRED,
+               teacher_bert_config_file=None, student_init="teacher_layers",
+               student_layers=None, temperature=1.0, distill_weight=1.0,
+               label_weight=0.0, hidden_weight=0.0, attention_weight=0.0,
+               layer_map="uniform"):
+    if not isinstance(student, base.Task) or isinstance(student,
+                                                        DistillationTask):
+      raise ValueError("bertexp.DistillationTask.student: expected a task "
+                       "such as @bertexp.ClassificationTask(), got "
+                       f"{student!r}")
+    if student_init not in STUDENT_INITS:
+      raise ValueError(f"bertexp.DistillationTask.student_init "
+                       f"{student_init!r}: expected one of {STUDENT_INITS}")
+    if not temperature > 0:
+      raise ValueError(f"bertexp.DistillationTask.temperature {temperature}: "
+                       "must be > 0")
+    self.weights = {"distill": float(distill_weight),
+                    "label": float(label_weight),
+                    "hidden": float(hidden_weight),
+                    "attention": float(attention_weight)}
+    if any(w < 0 for w in self.weights.values()) or not any(
+        self.weights.values()):
+      raise ValueError(f"bertexp.DistillationTask: loss weights {self.weights}"
+                       " must be >= 0 and not all 0")
+    self.student = student
+    self.teacher = str(teacher)
+    self.teacher_config_file = (teacher_bert_config_file or
+                                teacher_config_from_run(self.teacher))
+    self.student_init = student_init
+    self.student_layers = student_layers
+    self.temperature = float(temperature)
+    self.layer_map = layer_map
+    self._initialisation = None
+
+  # -- model ---------------------------------------------------------------
+  def build_model(self):
+    student = self.student.build_model()
+    teacher, prefix = self._build_teacher()
+    s_config, t_config = student.encoder.config, teacher.encoder.config
+    pairs = layer_pairs(self.layer_map, s_config.num_hidden_layers,
+                        t_config.num_hidden_layers)
+    if self.weights["attention"] and (s_config.num_attention_heads !=
+                                      t_config.num_attention_heads):
+      raise ValueError(
+          f"attention_weight needs equal head counts: the student has "
+          f"{s_config.num_attention_heads}, the teacher "
+          f"{t_config.num_attention_heads}")
+    if self.student_init == "teacher_layers":
+      self._initialisation = self._copy_teacher_layers(student, teacher,
+                                                       prefix)
+      logging.info("student initialised: %s", self._initialisation)
+    model = DistillationModel(
+        student, teacher,
+        hidden_pairs=pairs if self.weights["hidden"] else [],
+        attention_pairs=pairs if self.weights["attention"] else [],
+        name="distillation_model")
+    return model.build_variables()
+
+  def _build_teacher(self):
+    """The teacher model with its run's weights, frozen."""
+    teacher_task = copy.copy(self.student)
+    teacher_task.bert_config_file = self.teacher_config_file
+    teacher = teacher_task.build_model()
+    best = fileio.join(self.teacher, "best_checkpoint")
+    source = best if tf.io.gfile.isdir(best) else self.teacher
+    try:
+      prefix = run_dir.restore_model(teacher, None, checkpoint_path=source)
+    except AssertionError as e:
+      raise ValueError(
+          f"teacher {source}: its checkpoint does not fit a "
+          f"{type(self.student).__name__} model of "
+          f"{self.teacher_config_file} ({str(e).splitlines()[0]})") from None
+    teacher.trainable = False
+    logging.info("teacher: %s (%d layers, width %d), frozen", prefix,
+                 teacher.encoder.config.num_hidden_layers,
+                 teacher.encoder.config.hidden_size)
+    return teacher, prefix
+
+  def _copy_teacher_layers(self, student, teacher, prefix):
+    s_config, t_config = student.encoder.config, teacher.encoder.config
+    for field in ("hidden_size", "intermediate_size", "num_attention_heads"):
+      if getattr(s_config, field) != getattr(t_config, field):
+        raise ValueError(
+            f"student_init 'teacher_layers' needs the teacher's {field}: the "
+            f"student has {getattr(s_config, field)}, the teacher "
+            f"{getattr(t_config, field)} (use student_init 'checkpoint' or "
+            "'random')")
+    depth, teacher_depth = s_config.num_hidden_layers, t_config.num_hidden_layers
+    chosen = self.student_layers
+    if chosen is None:
+      step = max(teacher_depth // depth, 1)
+      chosen = [i * step for i in range(depth)]
+    if len(chosen) != depth or not all(
+        isinstance(t, int) and 0 <= t < teacher_depth for t in chosen):
+      raise ValueError(f"student_layers {list(chosen)}: expected {depth} "
+                       f"teacher layers in 0..{teacher_depth - 1}")
+    pairs = [(student.encoder.embeddings, teacher.encoder.embeddings),
+             (student.encoder.pooler, teacher.encoder.pooler)]
+    pairs += [(student.encoder.blocks[i], teacher.encoder.blocks[t])
+              for i, t in enumerate(chosen)]
+    # The task head (same task, same labels): the classifier or span head.
+    heads = [name for name, layer in vars(student).items()
+             if name != "encoder" and layer is not None and getattr(
+                 layer, "weights", None) and isinstance(
+                     getattr(teacher, name, None), tf_keras.layers.Layer)]
+    pairs += [(getattr(student, name), getattr(teacher, name)) for name in heads]
+    for ours, theirs in pairs:
+      for variable, value in zip(ours.weights, theirs.weights):
+        variable.assign(value)
+    return (f"embeddings, pooler, head ({', '.join(heads)}) and teacher layers "
+            f"{list(chosen)} -> student layers {list(range(depth))} (of the "
+            f"teacher's {teacher_depth}) from {prefix}")
+
+  def initialisation(self):
+    return self._initialisation
+
+  def model_shape(self):
+    return self.student.model_shape()
+
+  # -- loss ----------------------------------------------------------------
+  def _distill_per_example(self, teacher_logits, logits):
+    if getattr(self.student, "is_regression", False):
+      return tf.square(tf.cast(logits[:, 0] - teacher_logits[:, 0],
+                               tf.float32))                          # [B]
+    if isinstance(self.student, squad_task.QuestionAnsweringTask):
+      # [B, S, 2]: a distribution over positions for start and for end.
+      return tf.reduce_mean(soft_cross_entropy(
+          teacher_logits, logits, self.temperature, axis=1), axis=-1)  # [B]
+    return soft_cross_entropy(teacher_logits, logits, self.temperature)
+
+  def loss_weights(self, labels):
+    first = tf.nest.flatten(labels)[0]
+    ones = tf.ones(tf.shape(first)[:1], tf.float32)                  # [B]
+    weights = {name: ones for name in ("distill", "hidden", "attention")
+               if self.weights[name]}
+    if self.weights["label"]:
+      weights.update({f"label/{name}": w for name, w in
+                      self.student.loss_weights(labels).items()})
+    return weights
+
+  def loss_numerators(self, labels, outputs):
+    numerators = {}
+    if self.weights["distill"]:
+      numerators["distill"] = self.weights["distill"] * \
+          self._distill_per_example(outputs["teacher_logits"],
+                                    outputs["logits"])
+    for name in ("hidden", "attention"):
+      if self.weights[name]:
+        numerators[name] = self.weights[name] * outputs[f"{name}_loss"]
+    if self.weights["label"]:
+      numerators.update({
+          f"label/{name}": self.weights["label"] * tf.cast(value, tf.float32)
+          for name, value in self.student.loss_numerators(
+              labels, outputs["logits"]).items()})
+    return numerators
+
+  def per_example_loss(self, labels, outputs):
+    """The student task's loss on the labels (what evaluation reports)."""
+    return self.student.per_example_loss(labels, outputs)
+
+  def build_train_metrics(self):
+    return self.student.build_train_metrics()
+
+  def update_train_metrics(self, metrics, labels, outputs):
+    self.student.update_train_metrics(metrics, labels, outputs["logits"])
+
+  # -- everything else is the student task's --------------------------------
+  @property
+  def meta(self):
+    return self.student.meta
+
+  def build_inputs(self, split, input_context=None, batch_size=0,
+                   train_order=None):
+    return self.student.build_inputs(split, input_context, batch_size,
+                                     train_order)
+
+  def default_train_order(self, train_order):
+    return self.student.default_train_order(train_order)
+
+  def eval_outputs(self, features, labels, outputs):
+    return self.student.eval_outputs(features, labels, outputs)
+
+  def finalize_eval(self, gathered):
+    return self.student.finalize_eval(gathered)
+
+  def eval_splits(self):
+    return self.student.eval_splits()
+
+  def serving_outputs(self, outputs):
+    return self.student.serving_outputs(outputs)
+
+  def text_serving(self, model):
+    return self.student.text_serving(model)
+
+  def predict_splits(self):
+    return self.student.predict_splits()
+
+  def write_predictions(self, gathered, output_dir, split):
+    return self.student.write_predictions(gathered, output_dir, split)
+
+  def input_files(self):
+    return self.student.input_files()
+
+  def check_training_data(self):
+    self.student.check_training_data()
+
+  def num_train_examples(self):
+    return self.student.num_train_examples()
+
+  def selection_metric(self):
+    return self.student.selection_metric()
+

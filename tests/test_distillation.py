@@ -1,0 +1,220 @@
+"""Distillation: the loss against hand computations, layer maps, the
+projection, student initialisation from teacher layers, and a tiny teacher
+whose knowledge a student on wrong labels takes up through the CLI."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertexp import cli
+from bertexp.tasks import classification
+from bertexp.tasks import distillation
+from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, prepare_tiny_sst2_run
+
+DEMO_DISTILL = "experiments/demo/movie_sentiment_distill_cpu.gin"
+
+
+def _numpy_kl_t2(teacher, student, t):
+  def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+  p, q = softmax(teacher / t), softmax(student / t)
+  return (p * (np.log(p) - np.log(q))).sum(-1) * t * t
+
+
+@pytest.mark.parametrize("temperature", [1.0, 4.0])
+def test_soft_cross_entropy_equals_hand_computed_kl_times_t_squared(
+    temperature):
+  teacher = np.array([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]], np.float32)
+  student = np.array([[0.5, 0.2, -0.3], [1.0, 1.0, 1.0]], np.float32)
+  ours = distillation.soft_cross_entropy(teacher, student, temperature).numpy()
+  np.testing.assert_allclose(ours, _numpy_kl_t2(teacher, student,
+                                                temperature), rtol=1e-5)
+  # The T^2 factor: without it T = 4's loss would be ~16x smaller.
+  assert ours.min() > 0.05
+  np.testing.assert_allclose(
+      distillation.soft_cross_entropy(teacher, teacher, temperature).numpy(),
+      0.0, atol=1e-6)
+
+
+def test_layer_maps_and_invalid_maps_name_both_depths():
+  assert distillation.layer_pairs("uniform", 3, 6) == [(1, 2), (2, 4), (3, 6)]
+  assert distillation.layer_pairs("last", 3, 6) == [(3, 6)]
+  assert distillation.layer_pairs([1, 3, 6], 3, 6) == [(1, 1), (2, 3), (3, 6)]
+  for bad in ([1, 2], [0, 2, 4], [1, 2, 7], "middle"):
+    with pytest.raises(ValueError, match="student of 3 layers, teacher of 6"):
+      distillation.layer_pairs(bad, 3, 6)
+  with pytest.raises(ValueError, match="student of 4 layers, teacher of 6"):
+    distillation.layer_pairs("uniform", 4, 6)
+
+
+def _config(folder, name, **overrides):
+  path = os.path.join(folder, name)
+  with open(path, "w") as f:
+    json.dump(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0, **overrides), f)
+  return path
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory, tiny_vocab_path):
+  """A tiny classifier fine-tuned through the CLI on the clean SST-2
+  sentences: the teacher (its run folder)."""
+  root = str(tmp_path_factory.mktemp("teacher"))
+  paths = prepare_tiny_sst2_run(root, tiny_vocab_path,
+                                _config(root, "teacher_config.json"))
+  assert _train("demo/movie_sentiment_cpu.gin", paths, steps=40,
+                extra=["bertexp.ClassificationTask.dropout_rate=0.0"]) == 0
+  return paths
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_path(tmp_path_factory):
+  from conftest import TINY_VOCAB
+  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+  path.write_text("\n".join(TINY_VOCAB) + "\n")
+  return str(path)
+
+
+def _train(gin_file, paths, steps, extra=(), mode="train_and_eval",
+           learning_rate=3e-3):
+  bindings = [f'--gin_param={k}="{v}"' for k, v in paths.items()] + [
+      f"--gin_param={k}={v}" for k, v in dict(
+          TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16, TRAIN_STEPS=steps,
+          STEPS_PER_LOOP=steps, LEARNING_RATE=learning_rate, SEED=1,
+          **{"bertexp.configure_numerics.precision": '"float32"',
+             "bertexp.ClassificationTask.shuffle_buffer_size": 0}).items()]
+  return cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
+                  bindings + [f"--gin_param={b}" for b in extra])
+
+
+def _student_task(teacher_run, config, **kwargs):
+  student = classification.ClassificationTask(
+      bert_config_file=config,
+      meta_data_path=teacher_run["INPUT_META_DATA_PATH"],
+      train_data_path=teacher_run["TRAIN_DATA_PATH"],
+      eval_data_path=teacher_run["EVAL_DATA_PATH"], shuffle_buffer_size=0,
+      dropout_rate=0.0, seed=1)
+  return distillation.DistillationTask(
+      student=student, teacher=teacher_run["MODEL_DIR"], **kwargs)
+
+
+def _one_batch(task):
+  return next(iter(task.build_inputs("train", batch_size=8)))
+
+
+def test_student_that_copies_the_teacher_has_zero_distillation_loss(
+    teacher_run, tmp_path):
+  """Same config, every layer copied: the student equals the teacher, so
+  the distill, hidden and attention terms are 0 (the label term is not)."""
+  config = teacher_run["BERT_CONFIG_FILE"]
+  task = _student_task(teacher_run, config, student_layers=[0, 1],
+                       hidden_weight=1.0, attention_weight=1.0,
+                       label_weight=1.0, temperature=2.0)
+  assert task.teacher_config_file == config     # read from the run's config
+  model = task.build_model()
+  assert model.hidden_projection is None        # same width: no projection
+  features, labels = _one_batch(task)
+  outputs = model(features, training=True)
+  numerators = task.loss_numerators(labels, outputs)
+  for term in ("distill", "hidden", "attention"):
+    np.testing.assert_allclose(numerators[term].numpy(), 0.0, atol=1e-5)
+  assert float(tf.reduce_mean(numerators["label/loss"])) > 1e-3
+  assert "teacher layers [0, 1] -> student layers [0, 1]" in \
+      task.initialisation()
+
+
+def test_narrower_student_gets_a_projection_and_a_positive_hidden_loss(
+    teacher_run, tmp_path):
+  narrow = _config(str(tmp_path), "narrow.json", hidden_size=8,
+                   num_hidden_layers=1)
+  task = _student_task(teacher_run, narrow, student_init="random",
+                       hidden_weight=1.0, layer_map="last")
+  model = task.build_model()
+  assert model.hidden_projection is not None
+  assert model.hidden_projection.kernel.shape == (8, TINY_CONFIG["hidden_size"])
+  assert any("hidden_projection" in v.name for v in model.trainable_variables)
+  # The teacher is frozen and outside the student's variables.
+  assert len(model.trainable_variables) == len(model.variables)
+  assert not any(v.shape == (TINY_CONFIG["intermediate_size"],
+                             TINY_CONFIG["hidden_size"])
+                 for v in model.variables)
+  features, labels = _one_batch(task)
+  hidden = task.loss_numerators(labels, model(features, training=True))
+  assert float(tf.reduce_min(hidden["hidden"])) > 0
+  with pytest.raises(ValueError, match="hidden_size"):
+    _student_task(teacher_run, narrow).build_model()   # teacher_layers
+
+
+def test_hand_computed_distill_term_on_the_models_logits(teacher_run):
+  """loss_numerators' distill term = the numpy KL x T^2 of the teacher's
+  and the student's logits on the same batch."""
+  task = _student_task(teacher_run, teacher_run["BERT_CONFIG_FILE"],
+                       student_init="random", temperature=4.0)
+  model = task.build_model()
+  features, labels = _one_batch(task)
+  outputs = model(features, training=True)
+  expected = _numpy_kl_t2(outputs["teacher_logits"].numpy().astype(np.float64),
+                          outputs["logits"].numpy().astype(np.float64), 4.0)
+  # float32 KL of near distributions cancels to ~1e-6 absolute.
+  np.testing.assert_allclose(task.loss_numerators(labels, outputs)[
+      "distill"].numpy(), expected, rtol=1e-3, atol=2e-6)
+  assert expected.mean() > 10 * 2e-6
+
+
+def _write_noisy_sst2(root, vocab, config):
+  """The same sentences with 6 of 16 labels flipped: the student's labels
+  are wrong where the teacher is right."""
+  flipped = set(POSITIVE[:3] + NEGATIVE[:3])
+  folder = os.path.join(root, "noisy")
+  os.makedirs(folder)
+  with open(os.path.join(folder, "train.tsv"), "w") as f:
+    f.write("sentence\tlabel\n")
+    for _ in range(4):
+      for sentences, label in ((POSITIVE, 1), (NEGATIVE, 0)):
+        for s in sentences:
+          f.write(f"{s}\t{1 - label if s in flipped else label}\n")
+  from bertexp.data import prepare
+  prepare.prepare_classification(
+      task_name="noisy", train_file=os.path.join(folder, "train.tsv"),
+      eval_file=os.path.join(folder, "train.tsv"),
+      text_columns=["sentence"], label_column="label", labels=["0", "1"],
+      vocab_file=vocab, output_dir=os.path.join(root, "noisy_data"),
+      max_seq_length=16)
+  return os.path.join(root, "noisy_data", "noisy_train.tf_record")
+
+
+def test_student_on_wrong_labels_learns_the_teachers_answers_through_the_cli(
+    teacher_run, tmp_path, tiny_vocab_path):
+  """bertexp train of the shipped distillation file: a 1-layer student on
+  training labels with 6 of 16 wrong, started from teacher layer 1. With
+  the teacher's outputs it scores the clean dev labels far above the same
+  student trained on the wrong labels alone; the run records its
+  initialisation and the export serves the student."""
+  student_config = _config(str(tmp_path), "student.json", num_hidden_layers=1)
+  noisy = _write_noisy_sst2(str(tmp_path), tiny_vocab_path, student_config)
+  accuracy = {}
+  for name, weights in (("distilled", dict(DISTILL_WEIGHT=1.0,
+                                           LABEL_WEIGHT=0.0)),
+                        ("labels_only", dict(DISTILL_WEIGHT=0.0,
+                                             LABEL_WEIGHT=1.0))):
+    paths = dict(teacher_run, TRAIN_DATA_PATH=noisy,
+                 BERT_CONFIG_FILE=student_config, TEACHER_DIR=teacher_run[
+                     "MODEL_DIR"], MODEL_DIR=str(tmp_path / name))
+    del paths["INIT_CHECKPOINT"]
+    extra = [f"{k}={v}" for k, v in weights.items()] + [
+        "INIT_CHECKPOINT=None", "TEMPERATURE=1.0",
+        "bertexp.DistillationTask.student_layers=[1]",
+        "bertexp.ClassificationTask.dropout_rate=0.0"]
+    assert _train(DEMO_DISTILL, paths, steps=40, extra=extra) == 0
+    summary = json.load(open(tmp_path / name / "training_summary.json"))
+    accuracy[name] = summary["eval_metrics"]["accuracy"]
+    assert "teacher layers [1] -> student layers [0]" in summary[
+        "initialisation"]
+  teacher = json.load(open(os.path.join(teacher_run["MODEL_DIR"],
+                                        "training_summary.json")))
+  assert teacher["eval_metrics"]["accuracy"] == 1.0
+  assert accuracy["labels_only"] <= 0.75, accuracy
+  assert accuracy["distilled"] >= accuracy["labels_only"] + 0.2, accuracy

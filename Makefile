@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh test bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh demo-distill test bench clean
 
 setup: $(VENV)/.installed
 
@@ -109,6 +109,35 @@ demo-squad: demo-data
 	$(BERTEXP) evaluate-squad .cache/data/squad/dev_subset.json runs/demo_squad/predictions.json
 	$(BERTEXP) train --gin_file=experiments/demo/squad_v1_cpu.gin \
 	  --gin_param='MODEL_DIR="runs/demo_squad"' --mode=export
+
+# Distillation: runs/demo's MiniLM-L6 (made first when missing) teaches a
+# 3-layer student (teacher layers 0, 2, 4) and a 2-layer one (0, 3); the same
+# 3-layer student trained on labels alone is the baseline; one table.
+DISTILL_SEEDS ?= 1 2 3
+DISTILL := $(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_distill_cpu.gin
+demo-distill: demo-data
+	@test -f $(DEMO_DIR)/training_summary.json || $(MAKE) demo
+	$(PY) tools/distill_report.py student-config --layers=3 --output=.cache/minilm_l3/bert_config.json
+	$(PY) tools/distill_report.py student-config --layers=2 --output=.cache/minilm_l2/bert_config.json
+	for seed in $(DISTILL_SEEDS); do \
+	  for kind in distilled labels_only; do \
+	    dir=runs/distill_l3_$${kind}_seed$$seed; rm -rf $$dir; \
+	    weights=$$( [ $$kind = distilled ] && echo "DISTILL_WEIGHT=1.0" || echo "DISTILL_WEIGHT=0.0 LABEL_WEIGHT=1.0" ); \
+	    $(DISTILL) --gin_param=SEED=$$seed --gin_param="MODEL_DIR=\"$$dir\"" \
+	      $$(for w in $$weights; do echo --gin_param=$$w; done) --mode=train_and_eval || exit 1; \
+	    $(DISTILL) --gin_param="MODEL_DIR=\"$$dir\"" --mode=export || exit 1; \
+	  done; \
+	done
+	rm -rf runs/distill_l2_distilled
+	$(DISTILL) --gin_param='MODEL_DIR="runs/distill_l2_distilled"' \
+	  --gin_param='BERT_CONFIG_FILE=".cache/minilm_l2/bert_config.json"' \
+	  --gin_param='bertexp.DistillationTask.student_layers=[0, 3]' --mode=train_and_eval
+	$(DISTILL) --gin_param='MODEL_DIR="runs/distill_l2_distilled"' \
+	  --gin_param='BERT_CONFIG_FILE=".cache/minilm_l2/bert_config.json"' --mode=export
+	$(PY) tools/distill_report.py report --teacher=$(DEMO_DIR) --rows \
+	  '3-layer student, distilled=runs/distill_l3_distilled_seed*' \
+	  '3-layer student, labels only=runs/distill_l3_labels_only_seed*' \
+	  '2-layer student, distilled=runs/distill_l2_distilled'
 
 test: setup
 	$(PY) tools/demo_data.py fetch

@@ -257,6 +257,45 @@ def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
   assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))
 
 
+def _distillation_spec(fixtures, teacher_dir, root):
+  """The shipped distillation file with the classification cell's run as
+  teacher and a narrower 1-layer student from random weights: every term
+  on (distill, label, hidden states through the projection, attention)."""
+  student_config = os.path.join(root, "student_config.json")
+  with open(fixtures["classification"]["params"]["BERT_CONFIG_FILE"]) as f:
+    config = json.load(f)
+  with open(student_config, "w") as f:
+    json.dump(dict(config, hidden_size=8, intermediate_size=16,
+                   num_hidden_layers=1), f)
+  classification = fixtures["classification"]
+  params = dict(classification["params"], BERT_CONFIG_FILE=student_config,
+                TEACHER_DIR=teacher_dir, INIT_CHECKPOINT=None,
+                STUDENT_INIT="random", TEMPERATURE=2.0, LABEL_WEIGHT=0.5,
+                HIDDEN_WEIGHT=1.0, ATTENTION_WEIGHT=1.0)
+  return dict(classification, gin_file="experiments/demo/"
+              "movie_sentiment_distill_cpu.gin", params=params)
+
+
+def test_distillation_equal_on_one_replica_two_replicas_and_two_workers(
+    fixtures, one_replica, tmp_path):
+  """The distillation loss (teacher forward pass inside the step, four
+  terms, a projection) keeps the global-batch normalisation: 2 mirrored CPU
+  replicas and 2 localhost workers give the 1-replica weights, loss,
+  gradient norm, metrics and predictions."""
+  spec = _distillation_spec(fixtures, one_replica("classification"),
+                            str(tmp_path))
+  runs = {name: str(tmp_path / name) for name in ("one", "mirrored", "workers")}
+  mf.run_in_process(spec, runs["one"], mf.STRATEGIES["default"], FLOAT32,
+                    mode="train_eval_predict")
+  mf.run_in_process(spec, runs["mirrored"], mf.STRATEGIES["mirrored_2"],
+                    FLOAT32, mode="train_eval_predict")
+  mf.run_two_workers(spec, runs["workers"], FLOAT32, mode="train_eval_predict")
+  weights = mf.model_weights(runs["one"])
+  assert any("hidden_projection" in name for name in weights)
+  for name in ("mirrored", "workers"):
+    _assert_equal_runs(runs[name], runs["one"])
+
+
 def test_lamb_fine_tuning_equal_on_one_and_two_replicas(fixtures, tmp_path):
   """LAMB on a fine-tuning task (sparse word-embedding gradient): runs
   through the CLI and gives the same weights on 1 and 2 replicas."""

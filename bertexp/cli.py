@@ -276,11 +276,13 @@ def _prepare_commands(sub, add):
   glue.add_argument("--input_dir", required=True)
   cls = add(prep_sub, "classification", help="any TSV/CSV/JSONL")
   cls.add_argument("--train_file", required=True)
-  cls.add_argument("--eval_file", required=True)
+  cls.add_argument("--eval_file", help="required with --label_column")
   cls.add_argument("--test_file")
   cls.add_argument("--text_columns", required=True,
                    help="one or two column names, comma separated")
-  cls.add_argument("--label_column", required=True)
+  cls.add_argument("--label_column",
+                   help="omit for unlabelled text (a distillation teacher "
+                   "labels it; --labels names the teacher's labels)")
   cls.add_argument("--id_column")
   labels = cls.add_mutually_exclusive_group()
   labels.add_argument("--labels", help="label names in id order")

@@ -65,8 +65,9 @@ def teacher_run(tmp_path_factory, tiny_vocab_path):
   root = str(tmp_path_factory.mktemp("teacher"))
   paths = prepare_tiny_sst2_run(root, tiny_vocab_path,
                                 _config(root, "teacher_config.json"))
-  assert _train("demo/movie_sentiment_cpu.gin", paths, steps=40,
-                extra=["bertexp.ClassificationTask.dropout_rate=0.0"]) == 0
+  assert _train("demo/movie_sentiment_cpu.gin", paths, steps=80,
+                extra=["bertexp.ClassificationTask.dropout_rate=0.0"],
+                learning_rate=1e-2) == 0
   return paths
 
 
@@ -188,11 +189,10 @@ def _write_noisy_sst2(root, vocab, config):
 
 def test_student_on_wrong_labels_learns_the_teachers_answers_through_the_cli(
     teacher_run, tmp_path, tiny_vocab_path):
-  """bertexp train of the shipped distillation file: a 1-layer student on
-  training labels with 6 of 16 wrong, started from teacher layer 1. With
-  the teacher's outputs it scores the clean dev labels far above the same
-  student trained on the wrong labels alone; the run records its
-  initialisation and the export serves the student."""
+  """bertexp train of the shipped distillation file: a 1-layer student
+  from random weights on training labels with 6 of 16 wrong. With the
+  teacher's outputs it scores the clean dev labels far above the same
+  student trained on the wrong labels alone."""
   student_config = _config(str(tmp_path), "student.json", num_hidden_layers=1)
   noisy = _write_noisy_sst2(str(tmp_path), tiny_vocab_path, student_config)
   accuracy = {}
@@ -205,16 +205,59 @@ def test_student_on_wrong_labels_learns_the_teachers_answers_through_the_cli(
                      "MODEL_DIR"], MODEL_DIR=str(tmp_path / name))
     del paths["INIT_CHECKPOINT"]
     extra = [f"{k}={v}" for k, v in weights.items()] + [
-        "INIT_CHECKPOINT=None", "TEMPERATURE=1.0",
-        "bertexp.DistillationTask.student_layers=[1]",
+        "INIT_CHECKPOINT=None", "TEMPERATURE=1.0", 'STUDENT_INIT="random"',
         "bertexp.ClassificationTask.dropout_rate=0.0"]
-    assert _train(DEMO_DISTILL, paths, steps=40, extra=extra) == 0
+    assert _train(DEMO_DISTILL, paths, steps=60, extra=extra,
+                  learning_rate=1e-2) == 0
     summary = json.load(open(tmp_path / name / "training_summary.json"))
     accuracy[name] = summary["eval_metrics"]["accuracy"]
-    assert "teacher layers [1] -> student layers [0]" in summary[
-        "initialisation"]
+    assert summary["initialisation"] == "random"
   teacher = json.load(open(os.path.join(teacher_run["MODEL_DIR"],
                                         "training_summary.json")))
-  assert teacher["eval_metrics"]["accuracy"] == 1.0
+  print("teacher", teacher["eval_metrics"]["accuracy"], accuracy)
+  assert teacher["eval_metrics"]["accuracy"] >= 0.9
   assert accuracy["labels_only"] <= 0.75, accuracy
   assert accuracy["distilled"] >= accuracy["labels_only"] + 0.2, accuracy
+
+
+def test_unlabelled_text_is_labelled_by_the_teacher_not_by_the_label_term(
+    teacher_run, tmp_path):
+  """`prepare classification` without --label_column writes unlabelled
+  records; mixed into the student's stream, they count towards epochs, get
+  the distill term and weigh 0 in the label term."""
+  texts = tmp_path / "unlabelled.tsv"
+  sentences = ["a fun movie", "the plot was bad", "great and fun",
+               "dull and bad", "it is good", "not fun ."]
+  texts.write_text("sentence\n" + "\n".join(sentences) + "\n")
+  meta = json.load(open(teacher_run["INPUT_META_DATA_PATH"]))
+  out = tmp_path / "unlabelled_data"
+  common = ["prepare", "classification", "--task_name=unlabelled",
+            f"--train_file={texts}", "--text_columns=sentence",
+            f"--vocab_file={meta['vocab_file']}", f"--output_dir={out}",
+            "--max_seq_length=16"]
+  assert cli.main(common) == 2            # the teacher's label names needed
+  assert not out.exists() or not os.listdir(out)
+  assert cli.main(common + ["--labels=" + ",".join(meta["label_names"])]) == 0
+  unlabelled_meta = json.load(open(out / "unlabelled_meta_data"))
+  assert unlabelled_meta["unlabelled"] is True
+  assert unlabelled_meta["train_data_size"] == len(sentences)
+  task = _student_task(
+      teacher_run, teacher_run["BERT_CONFIG_FILE"], label_weight=1.0,
+      student_init="random", unlabelled_data_path=str(out / "unlabelled_train.tf_record"),
+      unlabelled_meta_data_path=str(out / "unlabelled_meta_data"))
+  task.check_training_data()
+  total = meta["train_data_size"] + len(sentences)
+  assert task.num_train_examples() == total
+  features, labels = next(iter(task.build_inputs("train", batch_size=total)))
+  unlabelled = labels.numpy() < 0
+  assert unlabelled.sum() == len(sentences)
+  model = task.build_model()
+  outputs = model(features, training=True)
+  weights = task.loss_weights(labels)["label/loss"].numpy()
+  numerators = {k: v.numpy() for k, v in task.loss_numerators(
+      labels, outputs).items()}
+  assert (weights[unlabelled] == 0).all() and (weights[~unlabelled] == 1).all()
+  assert (numerators["label/loss"][unlabelled] == 0).all()
+  assert (numerators["label/loss"][~unlabelled] > 0).all()
+  assert np.isfinite(numerators["distill"]).all()
+  assert (numerators["distill"][unlabelled] > 0).any()

@@ -97,12 +97,18 @@ def write_split(rows, tokenizer, max_seq_length, label_values, path):
   return writer.count, truncated
 
 
+# The label id of unlabelled text (for a teacher to label in distillation).
+UNLABELLED = -1
+
+
 def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
             label_names, regression, do_lower_case=True,
-            max_position_embeddings=None):
+            max_position_embeddings=None, unlabelled=False):
   """Writes `{task}_{split}.tf_record` per split and `{task}_meta_data`.
 
   splits: list of (split name, Rows, has_labels); split "train" comes first.
+  unlabelled: the rows have no labels; every label id is UNLABELLED and the
+  meta data says "unlabelled": true.
   All records are written to temporary names, the meta data last: a failure
   anywhere leaves no file under a final name from this run.
   """
@@ -115,6 +121,9 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
   labels = {name: encode_labels(rows, label_names, regression)
             for name, rows, _ in splits}   # all label errors before any writing
+  if unlabelled:
+    labels = {name: np.full(len(rows), UNLABELLED, np.int64)
+              for name, rows, _ in splits}
   skipped = {name: len(rows.skipped) for name, rows, _ in splits
              if rows.skipped}
   for name, rows, _ in splits:
@@ -150,6 +159,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
+    if unlabelled:
+      meta["unlabelled"] = True
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:
     for path in written:
@@ -158,6 +169,17 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
           tf.io.gfile.remove(leftover)
     raise
   return meta
+
+
+def _prepare_unlabelled(task_name, train_file, text_columns, labels,
+                        regression, **common):
+  if regression or not labels:
+    raise ValueError(f"{train_file}: unlabelled text (no --label_column) "
+                     "needs --labels, the teacher's label names in id order "
+                     "(classification only)")
+  rows = readers.read_any(train_file, text_columns)
+  return prepare(task_name, [("train", rows, False)], label_names=tuple(labels),
+                 regression=False, unlabelled=True, **common)
 
 
 def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
@@ -182,14 +204,28 @@ def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
                  max_position_embeddings=max_position_embeddings)
 
 
-def prepare_classification(*, task_name, train_file, eval_file, test_file=None,
+def prepare_classification(*, task_name, train_file, eval_file=None, test_file=None,
                            text_columns, label_column, labels=None,
                            regression=False, vocab_file, output_dir,
                            max_seq_length=128, do_lower_case=True,
                            id_column=None, max_position_embeddings=None):
-  """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data."""
+  """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data.
+
+  Without `label_column`, `train_file` is unlabelled text (for a
+  distillation teacher to label): one split, label ids UNLABELLED, the
+  label names of `labels` (the teacher's) in the meta data.
+  """
   if not 1 <= len(text_columns) <= 2:
     raise ValueError(f"--text_columns takes one or two names, got {text_columns}")
+  if not label_column:
+    return _prepare_unlabelled(task_name, train_file, text_columns, labels,
+                               regression, vocab_file=vocab_file,
+                               output_dir=output_dir,
+                               max_seq_length=max_seq_length,
+                               do_lower_case=do_lower_case,
+                               max_position_embeddings=max_position_embeddings)
+  if not eval_file:
+    raise ValueError("--eval_file is required with --label_column")
   # A named id column must exist where the ids are written out: the test
   # file's (the eval file's without one); elsewhere rows may be numbered.
   train = readers.read_any(train_file, text_columns, label_column, id_column)

@@ -32,6 +32,9 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.checkpoints import run_dir
+from bertexp.data import meta as meta_data
+from bertexp.data import pipeline
+from bertexp.data.prepare import UNLABELLED
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks import squad as squad_task
@@ -144,6 +147,34 @@ def _masked_mean(squared, mask):
   return total / tf.maximum(count, 1.0)                              # [B]
 
 
+def _read_unlabelled_meta(path, student):
+  """The unlabelled text's meta data, checked against the student's."""
+  if not path:
+    raise ValueError("bertexp.DistillationTask.unlabelled_data_path needs "
+                     "unlabelled_meta_data_path (its _meta_data file)")
+  meta = meta_data.read_meta_data(path, positive=("max_seq_length",),
+                                  counts=("train_data_size",))
+  labelled = getattr(student, "meta", {})
+  if not meta.get("unlabelled"):
+    raise ValueError(f"{path}: not unlabelled text (prepare it without "
+                     "--label_column)")
+  for field in ("max_seq_length", "label_names"):
+    if meta.get(field) != labelled.get(field):
+      raise ValueError(f"{path}: {field} {meta.get(field)!r} differs from the "
+                       f"student's data ({labelled.get(field)!r})")
+  return meta
+
+
+def _labelled(labels):
+  """(labels with unlabelled ids made 0, [B] 1.0 where labelled): integer
+  labels below 0 mark unlabelled text; other labels are all labelled."""
+  if isinstance(labels, tf.Tensor) and labels.dtype.is_integer:
+    mask = tf.cast(labels >= 0, tf.float32)
+    return tf.maximum(labels, 0), mask
+  first = tf.nest.flatten(labels)[0]
+  return labels, tf.ones(tf.shape(first)[:1], tf.float32)
+
+
 class DistillationModel(tf_keras.Model):
   """The student, trained against a frozen teacher.
 
@@ -247,13 +278,19 @@ class DistillationTask(base.Task):
       weights of the four terms (a weight of 0 drops the term and its work).
     layer_map: for the hidden and attention terms: "uniform", "last" or a
       list (see `layer_pairs`).
+    unlabelled_data_path, unlabelled_meta_data_path: unlabelled text
+      (`bertexp prepare classification` without --label_column) that the
+      teacher labels: its records join the student's training records in
+      one shuffled stream (the mix is the two files' sizes), and count
+      towards epochs; the label term skips them.
   """
 
   def __init__(self, *, student=gin.REQUIRED, teacher=gin.REQUIRED,
                teacher_bert_config_file=None, student_init="teacher_layers",
                student_layers=None, temperature=1.0, distill_weight=1.0,
                label_weight=0.0, hidden_weight=0.0, attention_weight=0.0,
-               layer_map="uniform"):
+               layer_map="uniform", unlabelled_data_path=None,
+               unlabelled_meta_data_path=None):
     if not isinstance(student, base.Task) or isinstance(student,
                                                         DistillationTask):
       raise ValueError("bertexp.DistillationTask.student: expected a task "
@@ -282,6 +319,11 @@ class DistillationTask(base.Task):
     self.temperature = float(temperature)
     self.layer_map = layer_map
     self._initialisation = None
+    self.unlabelled_data_path = unlabelled_data_path
+    self.unlabelled_meta = (
+        _read_unlabelled_meta(unlabelled_meta_data_path, student)
+        if unlabelled_data_path else None)
+    self.unlabelled_meta_data_path = unlabelled_meta_data_path
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
@@ -385,7 +427,8 @@ class DistillationTask(base.Task):
     weights = {name: ones for name in ("distill", "hidden", "attention")
                if self.weights[name]}
     if self.weights["label"]:
-      weights.update({f"label/{name}": w for name, w in
+      labels, labelled = _labelled(labels)
+      weights.update({f"label/{name}": w * labelled for name, w in
                       self.student.loss_weights(labels).items()})
     return weights
 
@@ -399,8 +442,10 @@ class DistillationTask(base.Task):
       if self.weights[name]:
         numerators[name] = self.weights[name] * outputs[f"{name}_loss"]
     if self.weights["label"]:
+      labels, labelled = _labelled(labels)
       numerators.update({
-          f"label/{name}": self.weights["label"] * tf.cast(value, tf.float32)
+          f"label/{name}": self.weights["label"] * labelled * tf.cast(
+              value, tf.float32)
           for name, value in self.student.loss_numerators(
               labels, outputs["logits"]).items()})
     return numerators
@@ -413,7 +458,9 @@ class DistillationTask(base.Task):
     return self.student.build_train_metrics()
 
   def update_train_metrics(self, metrics, labels, outputs):
-    self.student.update_train_metrics(metrics, labels, outputs["logits"])
+    labels, labelled = _labelled(labels)
+    for metric in metrics:        # the student's metrics, labelled rows only
+      metric.update_state(labels, outputs["logits"], sample_weight=labelled)
 
   # -- everything else is the student task's --------------------------------
   @property
@@ -422,8 +469,12 @@ class DistillationTask(base.Task):
 
   def build_inputs(self, split, input_context=None, batch_size=0,
                    train_order=None):
-    return self.student.build_inputs(split, input_context, batch_size,
-                                     train_order)
+    student = self.student
+    if split == "train" and self.unlabelled_data_path:
+      student = copy.copy(student)      # one stream over both files
+      student.train_data_path = (f"{student.train_data_path},"
+                                 f"{self.unlabelled_data_path}")
+    return student.build_inputs(split, input_context, batch_size, train_order)
 
   def default_train_order(self, train_order):
     return self.student.default_train_order(train_order)
@@ -450,13 +501,27 @@ class DistillationTask(base.Task):
     return self.student.write_predictions(gathered, output_dir, split)
 
   def input_files(self):
-    return self.student.input_files()
+    files = self.student.input_files()
+    if self.unlabelled_data_path:
+      files = dict(files, data_files=list(files["data_files"]) + [
+          self.unlabelled_meta_data_path, self.unlabelled_data_path])
+    return files
 
   def check_training_data(self):
     self.student.check_training_data()
+    if self.unlabelled_data_path:
+      pipeline.check_training_files(
+          self.unlabelled_data_path, pipeline.record_decoder(
+              self.unlabelled_meta["max_seq_length"], "int"),
+          config=modeling.BertConfig.from_json_file(
+              self.student.bert_config_file),
+          label_ranges={"label": (UNLABELLED, UNLABELLED + 1)},
+          source=self.unlabelled_meta_data_path)
 
   def num_train_examples(self):
-    return self.student.num_train_examples()
+    return self.student.num_train_examples() + (
+        int(self.unlabelled_meta.get("train_data_size", 0))
+        if self.unlabelled_meta else 0)
 
   def selection_metric(self):
     return self.student.selection_metric()

@@ -192,7 +192,9 @@ def layer_report(prefix, model_layers):
   """"" when the checkpoint at `prefix` has the model's depth; else which of
   its layers went where (and a warning in the log): a 6-layer checkpoint
   loads into a 3-layer model as its layers 0-2, the rest unused."""
-  blocks = {int(m.group(1)) for name, _ in tf.train.list_variables(prefix)
+  names = tf.compat.v1.train.NewCheckpointReader(
+      prefix).get_variable_to_shape_map()      # (a prefix on ram:// too)
+  blocks = {int(m.group(1)) for name in names
             for m in [re.search(r"encoder/blocks/(\d+)/", name)] if m}
   if not blocks or len(blocks) == model_layers:
     return ""

@@ -483,10 +483,11 @@ class ClassifierModel(tf_keras.Model):
            return_layers=False):
     """Logits [B, L]; with return_layers, (logits, the encoder's outputs
     with its hidden states and attention scores)."""
+    # Only BertEncoder returns layers (a TF-Hub SavedModelEncoder does not).
+    layers = {"return_layers": True} if return_layers else {}
     encoded = self.encoder(inputs, training=training,
                            pooled_only=not return_layers,
-                           return_layers=return_layers,
-                           dropout_seed=fold_seed(dropout_seed, 0))
+                           dropout_seed=fold_seed(dropout_seed, 0), **layers)
     logits = self.classifier(self.dropout(
         encoded["pooled_output"], training=training,
         seed=fold_seed(dropout_seed, 1)))                                # [B, L]

@@ -124,7 +124,8 @@ def teacher_config_from_run(teacher):
 
 
 def _bound_config_file(gin_path):
-  text = fileio.read_text(gin_path)
+  # gin writes long values on a continuation line ("NAME = \\\n    '...'").
+  text = re.sub(r"\\\n\s*", "", fileio.read_text(gin_path))
   macros = dict(re.findall(r"^(\w+) = ['\"](.*)['\"]\s*$", text, re.M))
   match = re.search(r"^[\w.]*bert_config_file = (\S.*?)\s*$", text, re.M)
   if match:

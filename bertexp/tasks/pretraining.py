@@ -105,7 +105,7 @@ class PretrainingTask(base.Task):
     self.meta_data_path = meta_data_path
     self.meta = meta_data.read_meta_data(
         meta_data_path, positive=("max_seq_length", "max_predictions_per_seq"),
-        counts=("train_data_size",), strings=("vocab_file",))
+        counts=("train_data_size",))
     if self.meta.get("task") != "pretraining":
       raise ValueError(f"{meta_data_path}: not pretraining data (task "
                        f"{self.meta.get('task')!r})")
@@ -123,6 +123,10 @@ class PretrainingTask(base.Task):
 
   def build_model(self):
     config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    if not isinstance(self.meta.get("vocab_file"), str):
+      raise ValueError(f"{self.meta_data_path}: needs the 'vocab_file' the "
+                       "data was made with (bertexp prepare pretraining "
+                       "writes it)")
     vocab = len(fileio.read_text(self.meta["vocab_file"]).split())
     if vocab > config.vocab_size or self.seq > config.max_position_embeddings:
       raise ValueError(

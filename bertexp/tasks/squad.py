@@ -46,9 +46,9 @@ class SpanModel(tf_keras.Model):
            return_layers=False):
     """Span logits [B, S, 2]; with return_layers, (logits, the encoder's
     outputs with its hidden states and attention scores)."""
+    layers = {"return_layers": True} if return_layers else {}
     encoded = self.encoder(inputs, training=training,
-                           dropout_seed=dropout_seed,
-                           return_layers=return_layers)
+                           dropout_seed=dropout_seed, **layers)
     logits = self.span_head(encoded["sequence_output"])              # [B, S, 2]
     # Padding can hold no answer: masked out of the span softmax, so the loss
     # does not depend on how far a batch is padded (dynamic padding, replicas).

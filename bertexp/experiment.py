@@ -282,6 +282,7 @@ def _export(mode, task, model, model_dir, checkpoint_path):
     raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
                      f"{type(task).__name__} is not one")
   run_dir.restore_model(model, model_dir, checkpoint_path)
+  model = task.serving_model(model)
   if mode == "export":
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
   held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))

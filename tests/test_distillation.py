@@ -212,6 +212,14 @@ def test_student_on_wrong_labels_learns_the_teachers_answers_through_the_cli(
     summary = json.load(open(tmp_path / name / "training_summary.json"))
     accuracy[name] = summary["eval_metrics"]["accuracy"]
     assert summary["initialisation"] == "random"
+  # The student exports and serves as an ordinary classifier: no teacher
+  # or projection inside, its answers the clean labels.
+  assert _train(DEMO_DISTILL, dict(paths, MODEL_DIR=str(tmp_path / "distilled")),
+                steps=60, extra=extra, mode="export") == 0
+  import bertexp
+  predictor = bertexp.Predictor(str(tmp_path / "distilled"))
+  served = [row["label"] for row in predictor.predict(POSITIVE + NEGATIVE)]
+  assert served == ["1"] * len(POSITIVE) + ["0"] * len(NEGATIVE)
   teacher = json.load(open(os.path.join(teacher_run["MODEL_DIR"],
                                         "training_summary.json")))
   print("teacher", teacher["eval_metrics"]["accuracy"], accuracy)

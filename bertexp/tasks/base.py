@@ -126,6 +126,11 @@ class Task(abc.ABC):
     """What the exported SavedModel returns for the model's outputs."""
     raise NotImplementedError(f"{type(self).__name__} cannot be exported")
 
+  def serving_model(self, model: tf_keras.Model) -> tf_keras.Model:
+    """The model an export saves, weights restored (default: `model`; a
+    distillation task's is the student alone)."""
+    return model
+
   def text_serving(self, model: tf_keras.Model) -> Optional[tf.Module]:
     """The raw-text serving signature of an export, or None.
 

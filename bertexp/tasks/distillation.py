@@ -195,6 +195,9 @@ class DistillationModel(tf_keras.Model):
         setattr(self, name, value)
     self._student_call = student.__call__
     self._teacher_call = teacher.__call__
+    # Untracked (a function, not an attribute Keras would save under
+    # "student/"): the student model itself, for exports.
+    self.student_model = lambda: student
     self.hidden_pairs = hidden_pairs
     self.attention_pairs = attention_pairs
     student_width = student.encoder.config.hidden_size
@@ -491,6 +494,14 @@ class DistillationTask(base.Task):
 
   def serving_outputs(self, outputs):
     return self.student.serving_outputs(outputs)
+
+  def serving_model(self, model):
+    """The student alone: exports never hold the teacher or the wrapper."""
+    return model.student_model()
+
+  @property
+  def num_labels(self):
+    return getattr(self.student, "num_labels", 0)
 
   def text_serving(self, model):
     return self.student.text_serving(model)

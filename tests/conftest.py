@@ -36,7 +36,8 @@ TINY_CONFIG = {"vocab_size": len(TINY_VOCAB), "hidden_size": 16,
 # files in this order, so the suite does not end with one worker running a
 # long file alone while the others wait. Other files follow in collection
 # order.
-SLOW_FILES_FIRST = ("test_strategy_matrix.py", "test_faults.py",
+SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
+                    "test_faults.py",
                     "test_accumulation_recompute_padding.py", "test_train.py",
                     "test_sweep.py", "test_quickstart.py",
                     "test_train_step.py", "test_squad_task.py",

@@ -8,6 +8,7 @@ CPU run and the bindings that point it at the fixtures, with a fixed data
 order (shuffle buffer 0) so that runs on different strategies see the same
 global batches.
 """
+import glob
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import bertexp
@@ -330,3 +332,79 @@ def question_ids(squad_file):
 def summary(model_dir):
   with open(os.path.join(model_dir, "training_summary.json")) as f:
     return json.load(f)
+
+
+# -- equality of two runs (the "= reference" rules of docs/strategies.md) --
+COUNTS = ("num_examples", "exact_match", "accuracy", "mlm_accuracy",
+          "nsp_accuracy", "HasAns_exact", "NoAns_exact")
+
+
+def assert_same_weights(ours, reference):
+  assert ours.keys() == reference.keys() and len(ours) > 10
+  for name in ours:
+    np.testing.assert_allclose(ours[name], reference[name], atol=TOLERANCE,
+                               rtol=TOLERANCE, err_msg=name)
+
+
+def assert_same_metrics(ours, reference):
+  assert ours.keys() == reference.keys() and ours
+  for name, value in ours.items():
+    if name.split("/")[-1] in COUNTS:
+      assert value == reference[name], name
+    elif name.split("/")[-1] in ("pearson", "spearman"):
+      # Correlations of a 3-step tiny model's nearly constant predictions
+      # magnify 1e-6 noise (reduction order across replicas) into ~1e-5.
+      assert value == pytest.approx(reference[name], abs=1e-4), name
+    else:
+      assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
+
+
+def prediction_files(model_dir):
+  return sorted(glob.glob(f"{model_dir}/test_results*.tsv") +
+                glob.glob(f"{model_dir}/predictions.json"))
+
+
+def assert_same_predictions(model_dir, reference_dir):
+  files = prediction_files(model_dir)
+  assert [os.path.basename(f) for f in files] == [
+      os.path.basename(f) for f in prediction_files(reference_dir)]
+  for path in files:
+    reference = os.path.join(reference_dir, os.path.basename(path))
+    if path.endswith(".json"):
+      assert json.load(open(path)) == json.load(open(reference))
+    else:
+      np.testing.assert_allclose(np.loadtxt(path, ndmin=2),
+                                 np.loadtxt(reference, ndmin=2), atol=1e-5)
+
+
+def assert_differences_far_below_movement(model_dir, reference_dir,
+                                           init_checkpoint):
+  """Each encoder kernel's difference between the two runs is under 1 % of
+  how far training moved it: a fixed tolerance alone proves little for
+  kernels whose gradients are tiny (attention keys move ~1e-5 in 3 steps)."""
+  ours = model_weights(model_dir)
+  moved = kernel_movement(reference_dir, init_checkpoint)
+  assert len(moved) >= 8
+  reference = model_weights(reference_dir)
+  for name, movement in moved.items():
+    difference = float(np.abs(ours[name] - reference[name]).max())
+    # A kernel outside the loss (SQuAD's pooler) must not move on either.
+    assert movement == difference == 0 or (
+        movement > 1e-6 and difference <= movement / 100), (
+            name, difference, movement)
+
+
+def assert_equal_runs(model_dir, reference_dir, init_checkpoint=None):
+  assert_same_weights(model_weights(model_dir),
+                       model_weights(reference_dir))
+  if init_checkpoint:          # pretraining starts from random weights
+    assert_differences_far_below_movement(model_dir, reference_dir,
+                                           init_checkpoint)
+  ours, reference = summary(model_dir), summary(reference_dir)
+  assert_same_metrics(ours["eval_metrics"], reference["eval_metrics"])
+  assert ours["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-5)
+  # Adam hides a constant gradient scale from the weights; the norm shows it.
+  norm = ours["last_train_metrics"]["gradient_norm"]
+  assert norm == pytest.approx(
+      reference["last_train_metrics"]["gradient_norm"], rel=1e-5)
+  assert_same_predictions(model_dir, reference_dir)

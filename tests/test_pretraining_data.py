@@ -1,7 +1,6 @@
 """`bertexp prepare pretraining` and `build-vocab`: masking statistics,
 whole-word masking (English pieces, jieba words), NSP balance, determinism
 and clear errors, on generated corpora."""
-import json
 import random
 
 import numpy as np
@@ -10,7 +9,6 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.data import pretraining
-from bertexp.data import records
 from bertexp.data import vocab as vocab_lib
 
 WORDS = ["the", "movie", "film", "plot", "actor", "story", "music", "scene",

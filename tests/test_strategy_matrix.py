@@ -7,13 +7,8 @@ mirrored CPU replicas. With dropout off and a fixed data order, the
 multi-replica weights, loss, gradient norm, evaluation metrics and
 predictions equal the 1-replica ones over the same global batch.
 
-The TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA, static shapes):
-every shipped TPU experiment, with only data and model paths bound to the
-fixtures, runs once in float32 against the same file on one replica (equal,
-as above) and once as shipped in bfloat16 (it compiles and trains).
+The TPU check's cells (8 XLA replicas) are in test_tpu_check.py.
 """
-import concurrent.futures
-import glob
 import json
 import os
 
@@ -21,14 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO
 import matrix_fixtures as mf
 
 TASKS = ("classification", "regression", "squad_v1.1", "squad_v2.0",
          "pretraining")
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
-COUNTS = ("num_examples", "exact_match", "accuracy", "mlm_accuracy",
-          "nsp_accuracy", "HasAns_exact", "NoAns_exact")
 
 
 @pytest.fixture(scope="module")
@@ -64,182 +56,6 @@ def _predict(spec, model_dir, strategy):
     mf.run_in_process(spec, model_dir, strategy, FLOAT32, mode="predict")
 
 
-def _assert_same_weights(ours, reference):
-  assert ours.keys() == reference.keys() and len(ours) > 10
-  for name in ours:
-    np.testing.assert_allclose(ours[name], reference[name], atol=mf.TOLERANCE,
-                               rtol=mf.TOLERANCE, err_msg=name)
-
-
-def _assert_same_metrics(ours, reference):
-  assert ours.keys() == reference.keys() and ours
-  for name, value in ours.items():
-    if name.split("/")[-1] in COUNTS:
-      assert value == reference[name], name
-    elif name.split("/")[-1] in ("pearson", "spearman"):
-      # Correlations of a 3-step tiny model's nearly constant predictions
-      # magnify 1e-6 noise (reduction order across replicas) into ~1e-5.
-      assert value == pytest.approx(reference[name], abs=1e-4), name
-    else:
-      assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
-
-
-def _prediction_files(model_dir):
-  return sorted(glob.glob(f"{model_dir}/test_results*.tsv") +
-                glob.glob(f"{model_dir}/predictions.json"))
-
-
-def _assert_same_predictions(model_dir, reference_dir):
-  files = _prediction_files(model_dir)
-  assert [os.path.basename(f) for f in files] == [
-      os.path.basename(f) for f in _prediction_files(reference_dir)]
-  for path in files:
-    reference = os.path.join(reference_dir, os.path.basename(path))
-    if path.endswith(".json"):
-      assert json.load(open(path)) == json.load(open(reference))
-    else:
-      np.testing.assert_allclose(np.loadtxt(path, ndmin=2),
-                                 np.loadtxt(reference, ndmin=2), atol=1e-5)
-
-
-def _assert_differences_far_below_movement(model_dir, reference_dir,
-                                           init_checkpoint):
-  """Each encoder kernel's difference between the two runs is under 1 % of
-  how far training moved it: a fixed tolerance alone proves little for
-  kernels whose gradients are tiny (attention keys move ~1e-5 in 3 steps)."""
-  ours = mf.model_weights(model_dir)
-  moved = mf.kernel_movement(reference_dir, init_checkpoint)
-  assert len(moved) >= 8
-  reference = mf.model_weights(reference_dir)
-  for name, movement in moved.items():
-    difference = float(np.abs(ours[name] - reference[name]).max())
-    # A kernel outside the loss (SQuAD's pooler) must not move on either.
-    assert movement == difference == 0 or (
-        movement > 1e-6 and difference <= movement / 100), (
-            name, difference, movement)
-
-
-def _assert_equal_runs(model_dir, reference_dir, init_checkpoint=None):
-  _assert_same_weights(mf.model_weights(model_dir),
-                       mf.model_weights(reference_dir))
-  if init_checkpoint:          # pretraining starts from random weights
-    _assert_differences_far_below_movement(model_dir, reference_dir,
-                                           init_checkpoint)
-  ours, reference = mf.summary(model_dir), mf.summary(reference_dir)
-  _assert_same_metrics(ours["eval_metrics"], reference["eval_metrics"])
-  assert ours["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-5)
-  # Adam hides a constant gradient scale from the weights; the norm shows it.
-  norm = ours["last_train_metrics"]["gradient_norm"]
-  assert norm == pytest.approx(
-      reference["last_train_metrics"]["gradient_norm"], rel=1e-5)
-  _assert_same_predictions(model_dir, reference_dir)
-
-
-TPU_EXPERIMENTS = sorted(
-    os.path.relpath(p, REPO)
-    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
-# Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
-TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
-    "experiments/demo/movie_score_regression_cpu.gin"]
-# These two also predict: the classification path with three test splits
-# and the QA path with v2.0's null answers (in every run of the TPU check).
-# The 2-replica and 2-worker cells predict for every task.
-PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
-                        "experiments/squad/squad_v2_tpu.gin")
-TPU_CORES = 8
-# As shipped (bfloat16) for the file of each kind of step that is the
-# superset of its kind: mnli_tpu.gin (mrpc_tpu.gin's classification plus
-# extra eval and test splits), squad_v2_tpu.gin (v1.1's span step plus null
-# answers), bert_base_tpu.gin. The other two compile the same step; their
-# float32 cells run on the same 8 XLA replicas.
-SHIPPED_RUNS = ("experiments/glue/mnli_tpu.gin",
-                "experiments/squad/squad_v2_tpu.gin",
-                "experiments/pretrain/bert_base_tpu.gin")
-# The float32 TPU check trains this many steps at mf.LEARNING_RATE: enough
-# for every compared kernel to move 100x the equality tolerance.
-TPU_FLOAT32_STEPS = mf.TRAIN_STEPS
-
-
-def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
-  """`bertexp train` of the shipped file with only data and model paths
-  bound to the fixtures: as shipped (tpu.gin's bfloat16, 2 training steps)
-  on the TPU check's 8 replicas with XLA; or, for the equality check,
-  trained, evaluated (and predicting, for PREDICT_ON_TPU_CHECK) in float32
-  at mf.LEARNING_RATE for TPU_FLOAT32_STEPS with dropout off and a fixed
-  data order, on the same 8 replicas or on the default strategy."""
-  params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
-  extra = []
-  if float32:
-    params.update(TRAIN_STEPS=TPU_FLOAT32_STEPS, LEARNING_RATE=mf.LEARNING_RATE,
-                  SEED=3)
-    extra = FLOAT32 + list(spec["order"])
-  gin_files = [gin_file]
-  if one_replica:
-    extra += mf.STRATEGIES["default"] + (
-        ["TPU_ADDRESS=None"] if gin_file in TPU_EXPERIMENTS else [])
-  else:
-    gin_files.append("runtime/tpu_check.gin")
-    params["CPU_REPLICAS"] = TPU_CORES
-  mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
-          "train_and_eval") if float32 else "train"
-  return mf.train_args(gin_files, params, extra, mode=mode)
-
-
-@pytest.fixture(scope="module")
-def tpu_check_runs(fixtures, tmp_path_factory):
-  """Starts every TPU-check run at once, two processes at a time, while the
-  other cells run here. Per shipped TPU file: as shipped on 8 replicas
-  ("shipped"), in float32 on 8 replicas ("float32") and in float32 on one
-  ("one_replica"); each a new `bertexp train` process (cpu_replicas splits
-  the CPU into 8 before TensorFlow starts). Returns {gin_file: {run:
-  (params, future)}}; most of a run's minute is single-threaded graph
-  building, so two side by side take little longer than one."""
-  pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-  runs = {}
-  for gin_file in TPU_CHECK_CELLS:
-    spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
-    runs[gin_file] = {}
-    kinds = [("float32", dict(float32=True)),
-             ("one_replica", dict(float32=True, one_replica=True))]
-    if gin_file in SHIPPED_RUNS:
-      kinds.append(("shipped", dict(float32=False)))
-    for run, how in kinds:
-      model_dir = str(tmp_path_factory.mktemp(f"tpu_{run}"))
-      args = _tpu_check_args(gin_file, spec, model_dir, **how)
-      runs[gin_file][run] = (dict(spec["tpu"][gin_file], MODEL_DIR=model_dir),
-                             pool.submit(mf.run_cli, args))
-  yield runs
-  pool.shutdown(wait=True)
-
-
-def test_every_shipped_tpu_file_has_a_tpu_check_cell_that_ran(
-    fixtures, tpu_check_runs):
-  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
-  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
-  assert set(SHIPPED_RUNS) <= set(TPU_EXPERIMENTS)
-
-
-@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
-def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
-  """The shipped file on 8 XLA replicas in float32 gives the weights, loss,
-  gradient norm, metrics and predictions of the same file on one replica:
-  what the TPU check adds (8-way split batches, XLA, static shapes) changes
-  no number beyond float noise, and each kernel moved far more than that."""
-  runs = tpu_check_runs[gin_file]
-  for _, future in runs.values():
-    future.result()
-  ours = runs["float32"][0]["MODEL_DIR"]
-  reference = runs["one_replica"][0]["MODEL_DIR"]
-  config = open(os.path.join(ours, "config.gin")).read()
-  assert f"CPU_REPLICAS = {TPU_CORES}" in config and "jit_compile = True" in config
-  assert mf.summary(ours)["replicas"] == TPU_CORES
-  assert mf.summary(reference)["replicas"] == 1
-  _assert_equal_runs(ours, reference,
-                     runs["float32"][0].get("INIT_CHECKPOINT"))
-  _assert_every_example_counted_once(runs["float32"][0], ours)
-  assert bool(_prediction_files(ours)) == (gin_file in PREDICT_ON_TPU_CHECK)
-
-
 # Two mirrored CPU replicas without XLA (the multi-GPU path) for one task:
 # every task's replicated step is compared with one replica by the TPU
 # check's float32 cells (8 replicas, XLA) and, without XLA, by the
@@ -251,7 +67,7 @@ def test_two_cpu_replicas_equal_one_replica(task, fixtures, one_replica,
   strategy = mf.STRATEGIES["mirrored_2"]
   mf.run_in_process(fixtures[task], model_dir, strategy, FLOAT32)
   _predict(fixtures[task], model_dir, strategy)
-  _assert_equal_runs(model_dir, one_replica(task),
+  mf.assert_equal_runs(model_dir, one_replica(task),
                      fixtures[task]["params"].get("INIT_CHECKPOINT"))
   assert mf.summary(model_dir)["steps_this_run"] == mf.TRAIN_STEPS
 
@@ -267,7 +83,7 @@ WORKER_TASKS = ("classification", "squad_v2.0", "pretraining")
 def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
   model_dir = str(tmp_path / "run")
   mf.run_two_workers(fixtures[task], model_dir, FLOAT32, mode=_all_modes(task))
-  _assert_equal_runs(model_dir, one_replica(task),
+  mf.assert_equal_runs(model_dir, one_replica(task),
                      fixtures[task]["params"].get("INIT_CHECKPOINT"))
   # The second worker wrote only into its private folder.
   assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))
@@ -309,7 +125,7 @@ def test_distillation_equal_on_one_replica_two_replicas_and_two_workers(
   weights = mf.model_weights(runs["one"])
   assert any("hidden_projection" in name for name in weights)
   for name in ("mirrored", "workers"):
-    _assert_equal_runs(runs[name], runs["one"])
+    mf.assert_equal_runs(runs[name], runs["one"])
 
 
 def test_lamb_fine_tuning_equal_on_one_and_two_replicas(fixtures, tmp_path):
@@ -328,7 +144,7 @@ def test_lamb_fine_tuning_equal_on_one_and_two_replicas(fixtures, tmp_path):
       "encoder/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE")
   assert not np.allclose(initial, weights[
       "model/encoder/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"])
-  _assert_same_weights(weights, mf.model_weights(runs["default"]))
+  mf.assert_same_weights(weights, mf.model_weights(runs["default"]))
 
 
 # mixed_bfloat16 on several replicas: the TPU check's shipped runs (8, XLA).
@@ -394,53 +210,6 @@ def test_phase_two_continues_heads_and_optimizer_of_phase_one(
     assert beta is not None, name
     betas.add(beta)
   assert betas == {0.9, 0.999}
-
-
-@pytest.mark.parametrize("gin_file", SHIPPED_RUNS)
-def test_tpu_experiment_as_shipped_compiles_and_trains_in_bfloat16(
-    gin_file, tpu_check_runs):
-  """The shipped file as it is (tpu.gin's mixed_bfloat16, its own batch
-  size, learning rate and dropout) compiles with XLA on 8 CPU replicas and
-  trains two steps of its global batch to finite weights."""
-  params, run = tpu_check_runs[gin_file]["shipped"]
-  run.result()
-  model_dir = params["MODEL_DIR"]
-  summary = mf.summary(model_dir)
-  assert summary["steps_this_run"] == 2 and summary["nonfinite_steps"] == 0
-  assert summary["replicas"] == TPU_CORES
-  assert summary["provenance"]["precision"] == "mixed_bfloat16"
-  assert "jit_compile = True" in open(os.path.join(model_dir,
-                                                   "config.gin")).read()
-  assert summary["examples_seen"] == 2 * summary["global_batch_size"]
-  assert all(np.isfinite(w).all() for w in mf.model_weights(
-      model_dir, step=2).values())
-
-
-def _assert_every_example_counted_once(params, model_dir):
-  """Evaluation covers every example exactly once; predictions (where made)
-  cover every test example."""
-  metrics = mf.summary(model_dir)["eval_metrics"]
-  meta = json.load(open(params["INPUT_META_DATA_PATH"]))
-  if "mlm_accuracy" in metrics:
-    assert metrics["num_examples"] == sum(
-        1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
-  elif "total" in metrics:                     # SQuAD v2.0 counts questions
-    assert metrics["total"] == len(mf.question_ids(params["PREDICT_FILE"]))
-  elif "f1" not in metrics:
-    assert metrics["num_examples"] == meta["split_sizes"]["eval"]
-  if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
-    assert metrics["mismatched/num_examples"] == meta["split_sizes"][
-        "eval_mismatched"]
-  if "TEST_DATA_PATH" in params and os.path.exists(
-      os.path.join(model_dir, "test_results.tsv")):
-    for split in ("test", "test_mismatched"):
-      name = "test_results.tsv" if split == "test" else f"test_results_{split}.tsv"
-      rows = open(os.path.join(model_dir, name)).read().splitlines()
-      assert len(rows) == meta["split_sizes"][split]
-  if "PREDICT_FILE" in params and os.path.exists(
-      os.path.join(model_dir, "predictions.json")):
-    predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
-    assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))
 
 
 def test_squad_16gb_file_trains_with_accumulation_and_recompute_in_force(

@@ -1,0 +1,176 @@
+"""The TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA, static
+shapes): every shipped TPU experiment, with only data and model paths bound
+to the fixtures, runs in float32 against the same file on one replica (equal
+by the strategy matrix's rules) and, for the file of each kind of step, as
+shipped in bfloat16 (it compiles and trains). Its own file, so that the
+test workers share its runs with the strategy matrix's."""
+import concurrent.futures
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO
+import matrix_fixtures as mf
+
+FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory):
+  return mf.build_fixtures(str(tmp_path_factory.mktemp("tpu_fixtures")))
+
+
+TPU_EXPERIMENTS = sorted(
+    os.path.relpath(p, REPO)
+    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
+# Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
+TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
+    "experiments/demo/movie_score_regression_cpu.gin"]
+# These two also predict: the classification path with three test splits
+# and the QA path with v2.0's null answers (in every run of the TPU check).
+# The 2-replica and 2-worker cells predict for every task.
+PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
+                        "experiments/squad/squad_v2_tpu.gin")
+TPU_CORES = 8
+# As shipped (bfloat16) for the file of each kind of step that is the
+# superset of its kind: mnli_tpu.gin (mrpc_tpu.gin's classification plus
+# extra eval and test splits), squad_v2_tpu.gin (v1.1's span step plus null
+# answers), bert_base_tpu.gin. The other two compile the same step; their
+# float32 cells run on the same 8 XLA replicas.
+SHIPPED_RUNS = ("experiments/glue/mnli_tpu.gin",
+                "experiments/squad/squad_v2_tpu.gin",
+                "experiments/pretrain/bert_base_tpu.gin")
+# The float32 TPU check trains this many steps at mf.LEARNING_RATE: enough
+# for every compared kernel to move 100x the equality tolerance.
+TPU_FLOAT32_STEPS = mf.TRAIN_STEPS
+
+
+def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
+  """`bertexp train` of the shipped file with only data and model paths
+  bound to the fixtures: as shipped (tpu.gin's bfloat16, 2 training steps)
+  on the TPU check's 8 replicas with XLA; or, for the equality check,
+  trained, evaluated (and predicting, for PREDICT_ON_TPU_CHECK) in float32
+  at mf.LEARNING_RATE for TPU_FLOAT32_STEPS with dropout off and a fixed
+  data order, on the same 8 replicas or on the default strategy."""
+  params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
+  extra = []
+  if float32:
+    params.update(TRAIN_STEPS=TPU_FLOAT32_STEPS, LEARNING_RATE=mf.LEARNING_RATE,
+                  SEED=3)
+    extra = FLOAT32 + list(spec["order"])
+  gin_files = [gin_file]
+  if one_replica:
+    extra += mf.STRATEGIES["default"] + (
+        ["TPU_ADDRESS=None"] if gin_file in TPU_EXPERIMENTS else [])
+  else:
+    gin_files.append("runtime/tpu_check.gin")
+    params["CPU_REPLICAS"] = TPU_CORES
+  mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
+          "train_and_eval") if float32 else "train"
+  return mf.train_args(gin_files, params, extra, mode=mode)
+
+
+@pytest.fixture(scope="module")
+def tpu_check_runs(fixtures, tmp_path_factory):
+  """Starts every TPU-check run at once, two processes at a time, while the
+  other cells run here. Per shipped TPU file: as shipped on 8 replicas
+  ("shipped"), in float32 on 8 replicas ("float32") and in float32 on one
+  ("one_replica"); each a new `bertexp train` process (cpu_replicas splits
+  the CPU into 8 before TensorFlow starts). Returns {gin_file: {run:
+  (params, future)}}; most of a run's minute is single-threaded graph
+  building, so two side by side take little longer than one."""
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+  runs = {}
+  for gin_file in TPU_CHECK_CELLS:
+    spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
+    runs[gin_file] = {}
+    kinds = [("float32", dict(float32=True)),
+             ("one_replica", dict(float32=True, one_replica=True))]
+    if gin_file in SHIPPED_RUNS:
+      kinds.append(("shipped", dict(float32=False)))
+    for run, how in kinds:
+      model_dir = str(tmp_path_factory.mktemp(f"tpu_{run}"))
+      args = _tpu_check_args(gin_file, spec, model_dir, **how)
+      runs[gin_file][run] = (dict(spec["tpu"][gin_file], MODEL_DIR=model_dir),
+                             pool.submit(mf.run_cli, args))
+  yield runs
+  pool.shutdown(wait=True)
+
+
+def test_every_shipped_tpu_file_has_a_tpu_check_cell_that_ran(
+    fixtures, tpu_check_runs):
+  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
+  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
+  assert set(SHIPPED_RUNS) <= set(TPU_EXPERIMENTS)
+
+
+@pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
+def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
+  """The shipped file on 8 XLA replicas in float32 gives the weights, loss,
+  gradient norm, metrics and predictions of the same file on one replica:
+  what the TPU check adds (8-way split batches, XLA, static shapes) changes
+  no number beyond float noise, and each kernel moved far more than that."""
+  runs = tpu_check_runs[gin_file]
+  for _, future in runs.values():
+    future.result()
+  ours = runs["float32"][0]["MODEL_DIR"]
+  reference = runs["one_replica"][0]["MODEL_DIR"]
+  config = open(os.path.join(ours, "config.gin")).read()
+  assert f"CPU_REPLICAS = {TPU_CORES}" in config and "jit_compile = True" in config
+  assert mf.summary(ours)["replicas"] == TPU_CORES
+  assert mf.summary(reference)["replicas"] == 1
+  mf.assert_equal_runs(ours, reference,
+                     runs["float32"][0].get("INIT_CHECKPOINT"))
+  _assert_every_example_counted_once(runs["float32"][0], ours)
+  assert bool(mf.prediction_files(ours)) == (gin_file in PREDICT_ON_TPU_CHECK)
+
+
+@pytest.mark.parametrize("gin_file", SHIPPED_RUNS)
+def test_tpu_experiment_as_shipped_compiles_and_trains_in_bfloat16(
+    gin_file, tpu_check_runs):
+  """The shipped file as it is (tpu.gin's mixed_bfloat16, its own batch
+  size, learning rate and dropout) compiles with XLA on 8 CPU replicas and
+  trains two steps of its global batch to finite weights."""
+  params, run = tpu_check_runs[gin_file]["shipped"]
+  run.result()
+  model_dir = params["MODEL_DIR"]
+  summary = mf.summary(model_dir)
+  assert summary["steps_this_run"] == 2 and summary["nonfinite_steps"] == 0
+  assert summary["replicas"] == TPU_CORES
+  assert summary["provenance"]["precision"] == "mixed_bfloat16"
+  assert "jit_compile = True" in open(os.path.join(model_dir,
+                                                   "config.gin")).read()
+  assert summary["examples_seen"] == 2 * summary["global_batch_size"]
+  assert all(np.isfinite(w).all() for w in mf.model_weights(
+      model_dir, step=2).values())
+
+
+def _assert_every_example_counted_once(params, model_dir):
+  """Evaluation covers every example exactly once; predictions (where made)
+  cover every test example."""
+  metrics = mf.summary(model_dir)["eval_metrics"]
+  meta = json.load(open(params["INPUT_META_DATA_PATH"]))
+  if "mlm_accuracy" in metrics:
+    assert metrics["num_examples"] == sum(
+        1 for _ in tf.data.TFRecordDataset(params["EVAL_DATA_PATH"]))
+  elif "total" in metrics:                     # SQuAD v2.0 counts questions
+    assert metrics["total"] == len(mf.question_ids(params["PREDICT_FILE"]))
+  elif "f1" not in metrics:
+    assert metrics["num_examples"] == meta["split_sizes"]["eval"]
+  if "EXTRA_EVAL_DATA_PATHS" in params:                  # MNLI mismatched
+    assert metrics["mismatched/num_examples"] == meta["split_sizes"][
+        "eval_mismatched"]
+  if "TEST_DATA_PATH" in params and os.path.exists(
+      os.path.join(model_dir, "test_results.tsv")):
+    for split in ("test", "test_mismatched"):
+      name = "test_results.tsv" if split == "test" else f"test_results_{split}.tsv"
+      rows = open(os.path.join(model_dir, name)).read().splitlines()
+      assert len(rows) == meta["split_sizes"][split]
+  if "PREDICT_FILE" in params and os.path.exists(
+      os.path.join(model_dir, "predictions.json")):
+    predictions = json.load(open(os.path.join(model_dir, "predictions.json")))
+    assert sorted(predictions) == sorted(mf.question_ids(params["PREDICT_FILE"]))

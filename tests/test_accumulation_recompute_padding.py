@@ -147,7 +147,9 @@ def test_trimmed_length_is_the_longest_sequence_rounded_up():
   assert trimmed["label"] is features["label"]
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
+# On several replicas: the TPU check compares static padding on 8 replicas
+# with dynamic padding on one (outputs, metrics, predictions, weights).
+@pytest.mark.parametrize("replicas", [1])
 def test_dynamic_padding_keeps_eval_outputs_and_metrics(replicas, tmp_path,
                                                         tiny_vocab):
   """At the exact longest sequence (multiple 1, the CPU default) and rounded

@@ -18,8 +18,8 @@ from bertexp.model import modeling
 from bertexp.tasks import squad_scoring
 from conftest import REPO
 
-# FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt.
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 300)),
+# FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt (default 200).
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 200)),
                 deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 COUNTS = {}   # reader -> generated inputs (printed after the module, -s)

@@ -353,8 +353,10 @@ def assert_same_metrics(ours, reference):
       assert value == reference[name], name
     elif name.split("/")[-1] in ("pearson", "spearman"):
       # Correlations of a 3-step tiny model's nearly constant predictions
-      # magnify 1e-6 noise (reduction order across replicas) into ~1e-5.
-      assert value == pytest.approx(reference[name], abs=1e-4), name
+      # magnify 1e-6 noise (reduction order across replicas, XLA's fusions)
+      # into 1e-4 and more (seen on 8 XLA replicas); the regression outputs
+      # themselves are held to rel 1e-4 through "mse" and "loss" below.
+      assert value == pytest.approx(reference[name], abs=2e-3), name
     else:
       assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
 

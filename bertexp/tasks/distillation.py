@@ -188,7 +188,7 @@ class DistillationModel(tf_keras.Model):
   """
 
   def __init__(self, student, teacher, *, hidden_pairs, attention_pairs,
-               **kwargs):
+               use_teacher=True, **kwargs):
     super().__init__(**kwargs)
     for name, value in vars(student).items():
       if isinstance(value, tf_keras.layers.Layer) and not name.startswith("_"):
@@ -200,6 +200,7 @@ class DistillationModel(tf_keras.Model):
     self.student_model = lambda: student
     self.hidden_pairs = hidden_pairs
     self.attention_pairs = attention_pairs
+    self.use_teacher = use_teacher     # False: labels alone, no teacher pass
     student_width = student.encoder.config.hidden_size
     teacher_width = teacher.encoder.config.hidden_size
     # Only when widths differ, and only where the hidden loss is used.
@@ -211,12 +212,16 @@ class DistillationModel(tf_keras.Model):
     if not training:
       return self._student_call(inputs, training=False)
     layers = bool(self.hidden_pairs or self.attention_pairs)
-    teacher = self._teacher_call(inputs, training=False, return_layers=layers)
     student = self._student_call(inputs, training=True,
                                  dropout_seed=dropout_seed,
                                  return_layers=layers)
-    teacher_logits, teacher_layers = teacher if layers else (teacher, None)
     logits, student_layers = student if layers else (student, None)
+    if self.use_teacher:
+      teacher = self._teacher_call(inputs, training=False,
+                                   return_layers=layers)
+      teacher_logits, teacher_layers = teacher if layers else (teacher, None)
+    else:
+      teacher_logits, teacher_layers = tf.zeros_like(logits), None
     mask = tf.cast(inputs["input_mask"], tf.float32)                 # [B, S]
     zeros = tf.zeros(tf.shape(mask)[:1], tf.float32)
     return {"logits": logits,
@@ -350,6 +355,8 @@ class DistillationTask(base.Task):
         student, teacher,
         hidden_pairs=pairs if self.weights["hidden"] else [],
         attention_pairs=pairs if self.weights["attention"] else [],
+        use_teacher=any(self.weights[t] for t in ("distill", "hidden",
+                                                  "attention")),
         name="distillation_model")
     return model.build_variables()
 

@@ -67,14 +67,12 @@ def _heldout_features(meta_path, count=64):
   meta = json.load(open(meta_path))
   seq = meta["max_seq_length"]
   path = meta_path.replace("_meta_data", "_eval.tf_record")
-  spec = {k: tf.io.FixedLenFeature([seq], tf.int64)
-          for k in ("input_ids", "input_mask", "segment_ids")}
+  names = ("input_word_ids", "input_mask", "input_type_ids")
+  spec = {k: tf.io.FixedLenFeature([seq], tf.int64) for k in names}
   rows = [tf.io.parse_single_example(r, spec) for r in
           tf.data.TFRecordDataset(path).take(count)]
-  names = {"input_ids": "input_word_ids", "input_mask": "input_mask",
-           "segment_ids": "input_type_ids"}
-  return {names[k]: np.stack([r[k].numpy() for r in rows]).astype(np.int32)
-          for k in spec}
+  return {k: np.stack([r[k].numpy() for r in rows]).astype(np.int32)
+          for k in names}
 
 
 def report(teacher, rows, meta_path, batch=32, calls=40):

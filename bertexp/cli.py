@@ -1,5 +1,5 @@
 """`bertexp` subcommands: train, prepare, build-vocab, convert-checkpoint,
-sweep, results, evaluate-squad, export-tflite.
+sweep, results, evaluate-squad, export-tflite, serve, benchmark-serving.
 
     bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
@@ -219,6 +219,7 @@ def build_parser():
   _training_commands(sub, add)
   _prepare_commands(sub, add)
   _tool_commands(sub, add)
+  _serving_commands(sub, add)
   return parser
 
 
@@ -377,6 +378,54 @@ def _tool_commands(sub, add):
                      help="write predictions re-thresholded at the best-F1 "
                           "null threshold here, then score them (v2.0)")
   squad.set_defaults(func=cmd_evaluate_squad)
+
+
+def _serving_commands(sub, add):
+  """serve and benchmark-serving."""
+  srv = add(sub, "serve", help="an export behind TF Serving's REST and gRPC "
+                               "APIs, with request batching")
+  srv.add_argument("model_base_path",
+                   help="a MODEL_DIR (its export/) or a folder of numeric "
+                        "version folders; the newest version is served")
+  srv.add_argument("--model_name",
+                   help="the name in request paths (default: the run "
+                        "folder's name)")
+  srv.add_argument("--rest_port", type=int, default=8501,
+                   help="0 picks a free port; -1 turns REST off")
+  srv.add_argument("--grpc_port", type=int, default=8500,
+                   help="0 picks a free port; -1 turns gRPC off")
+  srv.add_argument("--host", default="0.0.0.0")
+  srv.add_argument("--enable_batching", action="store_true",
+                   help="merge concurrent requests into one model call")
+  srv.add_argument("--batching_parameters_file",
+                   help="TF Serving's batching parameters (text proto); "
+                        "implies --enable_batching")
+  srv.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0,
+                   help="how often new versions are looked for (0: never)")
+  srv.add_argument("--max_text_bytes", type=int, default=65536,
+                   help="the longest text a request's string input may hold")
+  srv.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args):
+  """Serves an export until SIGTERM (see bertexp.serving.serve)."""
+  from bertexp.serving import batching as batching_lib
+  from bertexp.serving import serve as serve_lib
+  batching = None
+  if args.batching_parameters_file:
+    batching = batching_lib.BatchingParameters.from_file(
+        args.batching_parameters_file)
+  elif args.enable_batching:
+    batching = batching_lib.BatchingParameters()
+  name = args.model_name or os.path.basename(
+      os.path.normpath(args.model_base_path.rstrip("/")))
+  port = lambda p: None if p < 0 else p
+  serve_lib.serve(args.model_base_path, model_name=name,
+                  rest_port=port(args.rest_port),
+                  grpc_port=port(args.grpc_port), host=args.host,
+                  batching=batching,
+                  poll_seconds=args.file_system_poll_wait_seconds,
+                  max_text_bytes=args.max_text_bytes)
 
 
 def load_tensorflow_quietly():

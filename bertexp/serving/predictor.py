@@ -10,25 +10,7 @@ the graph, as `bertexp prepare` does), in batches of `batch_size`.
 """
 import tensorflow as tf
 
-from bertexp.util import fileio
-
-
-def _resolve_export_dir(path):
-  """A SavedModel folder; an export/ folder or a MODEL_DIR gives its newest
-  version."""
-  if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
-    return path
-  for folder in (path, fileio.join(path, "export")):
-    if not tf.io.gfile.isdir(folder):
-      continue
-    versions = sorted((int(name.strip("/")) for name in tf.io.gfile.listdir(folder)
-                       if name.strip("/").isdigit()), reverse=True)
-    for version in versions:
-      candidate = fileio.join(folder, str(version))
-      if tf.io.gfile.exists(fileio.join(candidate, "saved_model.pb")):
-        return candidate
-  raise FileNotFoundError(f"{path}: no exported model (a SavedModel folder, an "
-                          "export/ folder or a MODEL_DIR after --mode=export)")
+from bertexp.serving.versions import resolve_export_dir
 
 
 def _text(value, what):
@@ -49,7 +31,7 @@ class Predictor:
 
   def __init__(self, export_dir, batch_size=64):
     import tensorflow_text  # noqa: F401  (registers serve_text's tokenizer ops)
-    self.export_dir = _resolve_export_dir(export_dir)
+    self.export_dir = resolve_export_dir(export_dir)
     self.batch_size = batch_size
     self._loaded = tf.saved_model.load(self.export_dir)
     if "serve_text" not in self._loaded.signatures:

@@ -18,12 +18,17 @@ def join(*parts):
   return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
 
 
-def read_text(path):
-  """The file's text (UTF-8); a clear error for bytes that are not UTF-8."""
+def read_bytes(path):
+  """The file's bytes (any tf.io.gfile path)."""
   if not tf.io.gfile.exists(path):
     raise FileNotFoundError(f"{path}: file not found")
   with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
+    return f.read()
+
+
+def read_text(path):
+  """The file's text (UTF-8); a clear error for bytes that are not UTF-8."""
+  data = read_bytes(path)
   try:
     return data.decode("utf-8")
   except UnicodeDecodeError as e:

@@ -1,0 +1,115 @@
+"""TF Serving's gRPC API (tensorflow.serving.PredictionService and
+ModelService, from the tensorflow-serving-api package's own protos), for
+`bertexp serve`: Predict, GetModelMetadata and GetModelStatus. A request's
+fault is answered with its status code (INVALID_ARGUMENT, NOT_FOUND,
+RESOURCE_EXHAUSTED, UNAVAILABLE) and the server keeps serving.
+"""
+import logging
+
+import grpc
+import tensorflow as tf
+from tensorflow_serving.apis import (get_model_metadata_pb2,
+                                     get_model_status_pb2, model_service_pb2_grpc,
+                                     predict_pb2, prediction_service_pb2_grpc)
+
+from bertexp.serving.errors import ServingError
+
+
+def _version(model_spec):
+  return model_spec.version.value if model_spec.HasField("version") else None
+
+
+def _answer_errors(method):
+  """Turns ServingError into the RPC's status; keeps tracebacks of the
+  rest in the log (INTERNAL)."""
+  def wrapped(self, request, context):
+    try:
+      return method(self, request, context)
+    except ServingError as e:
+      context.abort(getattr(grpc.StatusCode, e.code), e.message)
+    except Exception as e:  # pylint: disable=broad-except
+      logging.exception("internal error in %s", method.__name__)
+      context.abort(grpc.StatusCode.INTERNAL,
+                    f"internal error: {type(e).__name__}: {e}")
+  wrapped.__name__ = method.__name__
+  return wrapped
+
+
+class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+  """Predict and GetModelMetadata of one ModelServer."""
+
+  def __init__(self, server):
+    self._server = server
+
+  @_answer_errors
+  def Predict(self, request, context):  # pylint: disable=invalid-name
+    spec = request.model_spec
+    try:
+      inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+    except (TypeError, ValueError) as e:
+      raise ServingError("INVALID_ARGUMENT", f"unreadable TensorProto: "
+                         f"{e}") from None
+    servable, outputs = self._server.predict(
+        spec.name, _version(spec), spec.signature_name, inputs)
+    wanted = set(request.output_filter) or set(outputs)
+    unknown = sorted(wanted - set(outputs))
+    if unknown:
+      raise ServingError("INVALID_ARGUMENT", f"output_filter names "
+                         f"{unknown}, not outputs of this signature "
+                         f"({sorted(outputs)})")
+    response = predict_pb2.PredictResponse()
+    response.model_spec.name = spec.name
+    response.model_spec.version.value = servable.version
+    response.model_spec.signature_name = spec.signature_name or \
+        "serving_default"
+    for name in wanted:
+      response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name]))
+    return response
+
+  @_answer_errors
+  def GetModelMetadata(self, request, context):  # pylint: disable=invalid-name
+    fields = list(request.metadata_field)
+    if fields != ["signature_def"]:
+      raise ServingError("INVALID_ARGUMENT", f"metadata_field {fields}: "
+                         "only [\"signature_def\"] is available")
+    spec = request.model_spec
+    servable = self._server.servable(spec.name, _version(spec))
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    for key, proto in servable.signature_defs.items():
+      signatures.signature_def[key].CopyFrom(proto)
+    response = get_model_metadata_pb2.GetModelMetadataResponse()
+    response.model_spec.name = spec.name
+    response.model_spec.version.value = servable.version
+    response.metadata["signature_def"].Pack(signatures)
+    return response
+
+
+class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
+  """GetModelStatus of one ModelServer."""
+
+  _STATES = get_model_status_pb2.ModelVersionStatus.State
+
+  def __init__(self, server):
+    self._server = server
+
+  @_answer_errors
+  def GetModelStatus(self, request, context):  # pylint: disable=invalid-name
+    spec = request.model_spec
+    self._server.servable(spec.name)
+    response = get_model_status_pb2.GetModelStatusResponse()
+    for version, state, error in self._server.status(_version(spec)):
+      status = response.model_version_status.add()
+      status.version = version
+      status.state = self._STATES.Value(state)
+      if error:
+        status.status.error_code = grpc.StatusCode.UNKNOWN.value[0]
+        status.status.error_message = error
+    return response
+
+
+def add_services(grpc_server, server):
+  """Registers both services of `server` on a grpc.Server."""
+  prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+      PredictionServicer(server), grpc_server)
+  model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+      ModelServicer(server), grpc_server)

@@ -1,0 +1,154 @@
+"""One loaded version of an export: its signatures, the checks a request's
+inputs must pass, and the call.
+
+Shape legend: B batch (rows of a request), S sequence length.
+"""
+import numpy as np
+import tensorflow as tf
+
+from bertexp.serving.errors import ServingError
+from bertexp.util import fileio
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class Signature:
+  """One signature: its input and output specs and its function.
+
+  Attributes:
+    name: the signature's key ("serving_default", "serve_text").
+    inputs: {input name: tf.TensorSpec}, e.g. input_word_ids int32 [B, S] or
+      text string [B].
+    outputs: {output name: tf.TensorSpec}.
+  """
+
+  def __init__(self, name, function):
+    self.name = name
+    self.function = function
+    self.inputs = dict(function.structured_input_signature[1])
+    self.outputs = dict(function.structured_outputs)
+
+  def __call__(self, inputs):
+    """{name: numpy [B, ...]} -> {output name: numpy [B, ...]}."""
+    outputs = self.function(**{k: tf.constant(v, self.inputs[k].dtype)
+                               for k, v in inputs.items()})
+    return {k: v.numpy() for k, v in outputs.items()}
+
+
+class Servable:
+  """A SavedModel version, loaded and ready.
+
+  Attributes:
+    version: the numeric version.
+    path: its folder.
+    signatures: {name: Signature}.
+    signature_defs: the SavedModel's SignatureDef protos, {name: proto}
+      (what GetModelMetadata returns).
+  """
+
+  def __init__(self, path, version):
+    import tensorflow_text  # noqa: F401  (serve_text's tokenizer ops)
+    from tensorflow.core.protobuf import saved_model_pb2
+    self.path, self.version = path, version
+    self._loaded = tf.saved_model.load(path)
+    self.signatures = {name: Signature(name, fn) for name, fn in
+                       self._loaded.signatures.items()}
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(fileio.read_bytes(fileio.join(path,
+                                                        "saved_model.pb")))
+    self.signature_defs = dict(proto.meta_graphs[0].signature_def)
+
+  def signature(self, name):
+    """The signature `name` ("" means serving_default).
+
+    Raises:
+      ServingError: INVALID_ARGUMENT naming the signatures there are.
+    """
+    name = name or DEFAULT_SIGNATURE
+    if name not in self.signatures:
+      raise ServingError(
+          "INVALID_ARGUMENT", f"Serving signature name: \"{name}\" not found "
+          f"in signature def (this model has {sorted(self.signatures)})")
+    return self.signatures[name]
+
+
+def check_inputs(signature, inputs, *, max_text_bytes):
+  """A request's inputs as arrays of the signature's dtypes, checked.
+
+  Args:
+    signature: the Signature called.
+    inputs: {input name: array-like} (from JSON or TensorProtos).
+    max_text_bytes: the longest text (UTF-8 bytes) a string input may hold.
+  Returns:
+    ({input name: numpy [B, ...]}, B).
+  Raises:
+    ServingError: INVALID_ARGUMENT naming the input and what was expected:
+      a missing or unknown input, a wrong dtype or rank, rows or sequence
+      lengths that differ between inputs, an empty batch, empty or oversize
+      text.
+  """
+  missing = sorted(set(signature.inputs) - set(inputs))
+  unknown = sorted(set(inputs) - set(signature.inputs))
+  if missing or unknown:
+    raise ServingError(
+        "INVALID_ARGUMENT", f"signature {signature.name} takes inputs "
+        f"{sorted(signature.inputs)}: " + "; ".join(
+            part for part in (missing and f"missing {missing}",
+                              unknown and f"unknown {unknown}") if part))
+  arrays = {name: _as_array(name, value, signature.inputs[name],
+                            max_text_bytes)
+            for name, value in inputs.items()}
+  shapes = {name: a.shape for name, a in arrays.items()}
+  if len({s for s in shapes.values()}) > 1:
+    raise ServingError("INVALID_ARGUMENT", f"inputs of one request must have "
+                       f"the same shape, got {shapes}")
+  rows = next(iter(shapes.values()))[0]
+  if rows == 0:
+    raise ServingError("INVALID_ARGUMENT", "the request holds no rows")
+  return arrays, rows
+
+
+def _as_array(name, value, spec, max_text_bytes):
+  expected = f"{spec.dtype.name} of shape {_shape_text(spec.shape)}"
+  if spec.dtype == tf.string:
+    array = np.asarray(value, dtype=object)
+    flat = array.reshape(-1)
+    for i, item in enumerate(flat):
+      if isinstance(item, str):
+        item = flat[i] = item.encode("utf-8")
+      if not isinstance(item, bytes):
+        raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
+                           f"{expected}, got a {type(item).__name__} "
+                           f"({item!r:.40})")
+      if not item.strip():
+        raise ServingError("INVALID_ARGUMENT", f"input {name}: row {i} is "
+                           "empty text")
+      if len(item) > max_text_bytes:
+        raise ServingError("INVALID_ARGUMENT", f"input {name}: row {i} holds "
+                           f"{len(item)} bytes of text, more than the "
+                           f"server's limit of {max_text_bytes}")
+  else:
+    try:
+      array = np.asarray(value)
+    except ValueError as e:       # ragged lists
+      raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
+                         f"{expected}: {e}") from None
+    if array.dtype.kind not in "iub" or not spec.dtype.is_integer:
+      if not (array.dtype.kind in "iuf" and spec.dtype.is_floating):
+        raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
+                           f"{expected}, got {array.dtype.name} values")
+    if spec.dtype.is_integer and array.size and (
+        array.min() < spec.dtype.min or array.max() > spec.dtype.max):
+      raise ServingError("INVALID_ARGUMENT", f"input {name}: values outside "
+                         f"{spec.dtype.name}")
+    array = array.astype(spec.dtype.as_numpy_dtype)
+  if array.ndim != len(spec.shape) or not spec.shape.is_compatible_with(
+      array.shape):
+    raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
+                       f"{expected}, got shape {list(array.shape)}")
+  return array
+
+
+def _shape_text(shape):
+  return "[" + ", ".join("B" if i == 0 else ("S" if d is None else str(d))
+                         for i, d in enumerate(shape.as_list())) + "]"

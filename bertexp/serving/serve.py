@@ -1,0 +1,107 @@
+"""`bertexp serve`: an export behind TF Serving's REST and gRPC APIs.
+
+    bertexp serve runs/demo                       # REST :8501, gRPC :8500
+    curl -d '{"signature_name": "serve_text", "instances": ["a fine film"]}' \
+        localhost:8501/v1/models/demo:predict
+
+SIGTERM (or Ctrl-C) stops accepting requests, lets those in flight finish,
+and exits 0.
+"""
+import concurrent.futures
+import logging
+import signal
+import threading
+
+from bertexp.serving.model_server import ModelServer
+from bertexp.serving.rest_api import make_app
+
+
+def serve(base_path, *, model_name, rest_port=8501, grpc_port=8500,
+          host="0.0.0.0", batching=None, poll_seconds=1.0,
+          max_text_bytes=65536, grpc_threads=16, grace_seconds=30.0):
+  """Serves until SIGTERM or SIGINT.
+
+  Args:
+    base_path: a MODEL_DIR or a folder of version folders.
+    model_name: the name in request paths and model specs.
+    rest_port, grpc_port: 0 picks a free port (printed); None turns the API
+      off.
+    host: the address to listen on.
+    batching: BatchingParameters, or None (one model call per request).
+    poll_seconds: how often new versions are looked for (0: never).
+    max_text_bytes: the longest text a string input may hold.
+    grpc_threads: concurrent gRPC requests.
+    grace_seconds: how long requests in flight may take at shutdown.
+  Returns:
+    0 after a clean shutdown.
+  Raises:
+    FileNotFoundError: no version to serve.
+    ValueError: no API turned on.
+  """
+  if rest_port is None and grpc_port is None:
+    raise ValueError("turn on at least one of --rest_port and --grpc_port")
+  server = ModelServer(base_path, model_name, batching=batching,
+                       max_text_bytes=max_text_bytes)
+  server.start_polling(poll_seconds)
+  stopped = threading.Event()
+  previous = {sig: signal.signal(sig, lambda *_: stopped.set())
+              for sig in (signal.SIGTERM, signal.SIGINT)}
+  grpc_server = http_server = rest_thread = None
+  try:
+    if grpc_port is not None:
+      grpc_server, grpc_port = _start_grpc(server, host, grpc_port,
+                                           grpc_threads)
+    if rest_port is not None:
+      http_server, rest_thread = _start_rest(server, host, rest_port)
+      rest_port = http_server.server_port
+    version = server.status()[0][0]
+    print(f"serving {model_name} version {version} from {server.folder}: "
+          f"REST port {rest_port}, gRPC port {grpc_port}"
+          f"{', batching ' + str(batching) if batching else ''}", flush=True)
+    stopped.wait()
+    print("shutting down: finishing requests in flight", flush=True)
+  finally:
+    if http_server is not None:
+      http_server.shutdown()              # no new connections
+    if grpc_server is not None:
+      grpc_server.stop(grace_seconds)     # no new RPCs; waits for the rest
+    finished = server.drain(grace_seconds)
+    if rest_thread is not None:
+      # werkzeug's serve_forever ends with server_close(), which joins the
+      # request threads: their replies are written when it returns.
+      rest_thread.join(grace_seconds)
+    if grpc_server is not None:
+      grpc_server.wait_for_termination(grace_seconds)
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+  if not finished:
+    logging.warning("requests still in flight after %.0f s", grace_seconds)
+  print("stopped", flush=True)
+  return 0
+
+
+def _start_grpc(server, host, port, threads):
+  import grpc
+  from bertexp.serving import grpc_api
+  grpc_server = grpc.server(
+      concurrent.futures.ThreadPoolExecutor(max_workers=threads),
+      options=[("grpc.max_receive_message_length", 64 << 20),
+               ("grpc.max_send_message_length", 64 << 20)])
+  grpc_api.add_services(grpc_server, server)
+  bound = grpc_server.add_insecure_port(f"{host}:{port}")
+  if not bound:
+    raise OSError(f"gRPC: cannot listen on {host}:{port}")
+  grpc_server.start()
+  return grpc_server, bound
+
+
+def _start_rest(server, host, port):
+  from werkzeug.serving import make_server
+  http_server = make_server(host, port, make_app(server), threaded=True)
+  # Keep the request threads joinable, so shutdown waits for their replies.
+  http_server.daemon_threads = False
+  http_server.block_on_close = True
+  thread = threading.Thread(target=http_server.serve_forever, daemon=True,
+                            name="rest")
+  thread.start()
+  return http_server, thread

@@ -1,0 +1,47 @@
+"""Versioned exports in TF Serving's layout: BASE/<version>/saved_model.pb,
+the version a positive integer; other names (bertexp's `*.tmp-*` folders
+while an export is written) are not versions."""
+import tensorflow as tf
+
+from bertexp.util import fileio
+
+
+def versions_folder(path):
+  """The folder that holds the numeric versions: `path` itself, or its
+  export/ (a MODEL_DIR).
+
+  Raises:
+    FileNotFoundError: neither holds a version.
+  """
+  for folder in (fileio.join(path, "export"), path):
+    if tf.io.gfile.isdir(folder) and list_versions(folder):
+      return folder
+  raise FileNotFoundError(f"{path}: no exported model (a MODEL_DIR after "
+                          "--mode=export, or a folder of numeric version "
+                          "folders holding saved_model.pb)")
+
+
+def list_versions(folder):
+  """{version: path} of the complete versions in `folder` (with a
+  saved_model.pb), in no particular order."""
+  found = {}
+  for name in tf.io.gfile.listdir(folder):
+    name = name.strip("/")
+    if name.isdigit() and int(name) > 0:
+      path = fileio.join(folder, name)
+      if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+        found[int(name)] = path
+  return found
+
+
+def resolve_export_dir(path):
+  """A SavedModel folder; an export/ folder or a MODEL_DIR gives its newest
+  version.
+
+  Raises:
+    FileNotFoundError: no SavedModel there.
+  """
+  if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+    return path
+  found = list_versions(versions_folder(path))
+  return found[max(found)]

@@ -1,0 +1,304 @@
+"""`bertexp serve`: a real server process answering TF Serving's REST API
+(requests) and gRPC API (the tensorflow-serving-api package's own stubs) for
+a tiny exported classifier; its outputs equal the SavedModel's own; batching
+merges concurrent requests; bad requests get TF Serving's codes and the
+server keeps serving; a new version is picked up without a failed request;
+SIGTERM finishes what is in flight and exits 0."""
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import requests
+import tensorflow as tf
+from tensorflow_serving.apis import (get_model_metadata_pb2,
+                                     get_model_status_pb2, model_service_pb2_grpc,
+                                     predict_pb2, prediction_service_pb2_grpc)
+
+from conftest import TINY_VOCAB, tiny_sst2_task
+
+TEXTS = ["the movie was good", "a dull film .", "it is not fun", "very bad",
+         "great !", "the plot is dull and the film is not good", "fun", "a"]
+BATCHING = """
+max_batch_size { value: 8 }
+batch_timeout_micros { value: 300000 }
+max_enqueued_batches { value: 4 }
+num_batch_threads { value: 1 }
+"""
+
+
+def _export(root):
+  """A tiny classifier exported as version 1 under root/model/export, its
+  weights spread so that different texts get clearly different outputs."""
+  import tensorflow_text  # noqa: F401
+  from bertexp.serving import export
+  os.makedirs(root, exist_ok=True)
+  vocab = os.path.join(root, "vocab.txt")
+  with open(vocab, "w") as f:
+    f.write("\n".join(TINY_VOCAB) + "\n")
+  task = tiny_sst2_task(root, vocab)
+  tf.random.set_seed(3)
+  model = task.build_model()
+  for variable in model.trainable_variables:
+    variable.assign(variable * 6.0)
+  model_dir = os.path.join(root, "model")
+  export.export_saved_model(task, model, model_dir, version=1)
+  return model_dir
+
+
+def _start(model_dir, *flags):
+  env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+  process = subprocess.Popen(
+      [sys.executable, "-m", "bertexp.cli", "serve", model_dir,
+       "--model_name=tiny", "--rest_port=0", "--grpc_port=0",
+       "--host=127.0.0.1", *flags],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+  line = process.stdout.readline()
+  match = re.search(r"REST port (\d+), gRPC port (\d+)", line)
+  if not match:
+    process.kill()
+    pytest.fail(f"no server: {line}{process.stderr.read()[-3000:]}")
+  return process, int(match[1]), int(match[2])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("serving"))
+  model_dir = _export(root)
+  batching = os.path.join(root, "batching.txt")
+  with open(batching, "w") as f:
+    f.write(BATCHING)
+  process, rest, grpc_port = _start(
+      model_dir, f"--batching_parameters_file={batching}",
+      "--file_system_poll_wait_seconds=0.2", "--max_text_bytes=200")
+  loaded = tf.saved_model.load(f"{model_dir}/export/1")
+  channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+  yield {"process": process, "url": f"http://127.0.0.1:{rest}/v1/models/tiny",
+         "base": f"http://127.0.0.1:{rest}", "model_dir": model_dir,
+         "loaded": loaded, "channel": channel, "root": root}
+  channel.close()
+  process.send_signal(signal.SIGTERM)
+  process.wait(60)
+
+
+def _reference(served, texts):
+  out = served["loaded"].signatures["serve_text"](text=tf.constant(texts))
+  return {k: v.numpy() for k, v in out.items()}
+
+
+def _predict_text(served, texts, **extra):
+  body = {"signature_name": "serve_text", "instances": texts, **extra}
+  return requests.post(f"{served['url']}:predict", json=body, timeout=60)
+
+
+def test_rest_rows_and_columns_equal_the_savedmodel(served):
+  expected = _reference(served, TEXTS)
+  spread = np.ptp(expected["probabilities"][:, 1])
+  assert spread > 0.01, spread     # rows are told apart at 1e-5 (1,000x)
+  reply = _predict_text(served, TEXTS)
+  assert reply.status_code == 200, reply.text
+  rows = reply.json()["predictions"]
+  np.testing.assert_allclose([r["probabilities"] for r in rows],
+                             expected["probabilities"], atol=1e-5)
+  assert [r["label"] for r in rows] == [l.decode() for l in expected["label"]]
+  # Columns, token ids, on serving_default.
+  ids = served["loaded"].signatures["serving_default"]
+  tokens = {"input_word_ids": [[2, 5, 6, 7, 8, 3], [2, 11, 20, 12, 16, 3]],
+            "input_mask": [[1] * 6] * 2, "input_type_ids": [[0] * 6] * 2}
+  expected_ids = ids(**{k: tf.constant(v, tf.int32)
+                        for k, v in tokens.items()})
+  reply = requests.post(f"{served['url']}:predict", json={"inputs": tokens},
+                        timeout=60)
+  assert reply.status_code == 200, reply.text
+  np.testing.assert_allclose(reply.json()["outputs"]["probabilities"],
+                             expected_ids["probabilities"].numpy(), atol=1e-5)
+
+
+def test_grpc_predict_metadata_and_status_with_tf_serving_stubs(served):
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(served["channel"])
+  request = predict_pb2.PredictRequest()
+  request.model_spec.name = "tiny"
+  request.model_spec.signature_name = "serve_text"
+  request.inputs["text"].CopyFrom(tf.make_tensor_proto(TEXTS[:4]))
+  response = stub.Predict(request, timeout=60)
+  np.testing.assert_allclose(
+      tf.make_ndarray(response.outputs["probabilities"]),
+      _reference(served, TEXTS[:4])["probabilities"], atol=1e-5)
+  assert response.model_spec.version.value >= 1
+
+  meta = get_model_metadata_pb2.GetModelMetadataRequest()
+  meta.model_spec.name = "tiny"
+  meta.metadata_field.append("signature_def")
+  signatures = get_model_metadata_pb2.SignatureDefMap()
+  stub.GetModelMetadata(meta, timeout=60).metadata["signature_def"].Unpack(
+      signatures)
+  assert set(signatures.signature_def["serve_text"].inputs) == {"text"}
+  assert set(signatures.signature_def["serving_default"].inputs) == {
+      "input_word_ids", "input_mask", "input_type_ids"}
+  rest_meta = requests.get(f"{served['url']}/metadata", timeout=60).json()
+  assert set(rest_meta["metadata"]["signature_def"]["signature_def"]) >= {
+      "serve_text", "serving_default"}     # and __saved_model_init_op
+
+  status = model_service_pb2_grpc.ModelServiceStub(
+      served["channel"]).GetModelStatus(
+          get_model_status_pb2.GetModelStatusRequest(
+              model_spec=request.model_spec), timeout=60)
+  states = {s.version: s.state for s in status.model_version_status}
+  available = get_model_status_pb2.ModelVersionStatus.State.Value("AVAILABLE")
+  assert available in states.values()
+  rest_status = requests.get(served["url"], timeout=60).json()
+  assert any(s["state"] == "AVAILABLE"
+             for s in rest_status["model_version_status"])
+
+
+def _batch_calls(served):
+  text = requests.get(f"{served['base']}/monitoring/prometheus/metrics",
+                      timeout=60).text
+  return {int(rows): int(calls) for rows, calls in
+          re.findall(r'bertexp_batch_calls\{rows="(\d+)"\} (\d+)', text)}
+
+
+def test_concurrent_requests_are_merged_into_one_model_call(served):
+  expected = _reference(served, TEXTS)["probabilities"]
+  before = _batch_calls(served)
+  barrier = threading.Barrier(len(TEXTS))
+
+  def one(i):
+    barrier.wait()
+    return _predict_text(served, [TEXTS[i]])
+
+  with concurrent.futures.ThreadPoolExecutor(len(TEXTS)) as pool:
+    replies = list(pool.map(one, range(len(TEXTS))))
+  for i, reply in enumerate(replies):
+    assert reply.status_code == 200, reply.text
+    np.testing.assert_allclose(reply.json()["predictions"][0]["probabilities"],
+                               expected[i], atol=1e-5)   # its own row back
+  after = _batch_calls(served)
+  new = {rows: after[rows] - before.get(rows, 0) for rows in after
+         if after[rows] > before.get(rows, 0)}
+  assert sum(rows * calls for rows, calls in new.items()) == len(TEXTS)
+  assert max(new) >= 4, new        # 8 requests, a 300 ms window: merged
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ("{not json", 400, "JSON Parse error"),
+    (json.dumps({"instances": ["good"], "signature_name": "nope"}), 400,
+     "\"nope\" not found"),
+    (json.dumps({"signature_name": "serve_text"}), 400, "exactly one of"),
+    (json.dumps({"signature_name": "serve_text", "instances": [""]}), 400,
+     "empty text"),
+    (json.dumps({"signature_name": "serve_text", "instances": ["a" * 201]}),
+     400, "more than the server's limit of 200"),
+    (json.dumps({"signature_name": "serve_text", "instances": [3]}), 400,
+     "expected string"),
+    (json.dumps({"signature_name": "serve_text",
+                 "instances": ["good"] * 9}), 400,
+     "larger than maximum input batch size 8"),
+    (json.dumps({"inputs": {"input_word_ids": [[1.5, 2]],
+                            "input_mask": [[1, 1]],
+                            "input_type_ids": [[0, 0]]}}), 400,
+     "input_word_ids: expected int32"),
+    (json.dumps({"inputs": {"input_word_ids": [1, 2], "input_mask": [1, 1],
+                            "input_type_ids": [0, 0]}}), 400,
+     "got shape [2]"),
+    (json.dumps({"inputs": {"input_word_ids": [[1, 2]]}}), 400,
+     "missing ['input_mask', 'input_type_ids']"),
+])
+def test_bad_rest_request_is_answered_and_the_server_keeps_serving(
+    served, body, status, message):
+  reply = requests.post(f"{served['url']}:predict", data=body, timeout=60)
+  assert reply.status_code == status, reply.text
+  assert message in reply.json()["error"]
+  assert _predict_text(served, ["good"]).status_code == 200
+  assert served["process"].poll() is None
+
+
+def test_unknown_model_version_and_grpc_errors(served):
+  assert requests.get(f"{served['base']}/v1/models/other",
+                      timeout=60).status_code == 404
+  reply = requests.post(f"{served['base']}/v1/models/tiny/versions/99:predict",
+                        json={"instances": ["good"]}, timeout=60)
+  assert reply.status_code == 404 and "Specific(tiny, 99)" in \
+      reply.json()["error"]
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(served["channel"])
+  request = predict_pb2.PredictRequest()
+  request.model_spec.name = "tiny"
+  request.model_spec.signature_name = "serve_text"
+  request.inputs["text"].CopyFrom(tf.make_tensor_proto([1.0, 2.0]))
+  with pytest.raises(grpc.RpcError) as error:
+    stub.Predict(request, timeout=60)
+  assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+  assert "input text: expected string" in error.value.details()
+  request.model_spec.name = "other"
+  with pytest.raises(grpc.RpcError) as error:
+    stub.Predict(request, timeout=60)
+  assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_new_version_is_served_without_a_failed_request(served):
+  export = os.path.join(served["model_dir"], "export")
+  failures, versions, stop = [], set(), threading.Event()
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(served["channel"])
+
+  def client():
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "tiny"
+    request.model_spec.signature_name = "serve_text"
+    request.inputs["text"].CopyFrom(tf.make_tensor_proto(["good"]))
+    while not stop.is_set():
+      try:
+        versions.add(stub.Predict(request, timeout=60).model_spec.version.value)
+      except grpc.RpcError as e:
+        failures.append(e.details())
+
+  thread = threading.Thread(target=client)
+  thread.start()
+  try:
+    time.sleep(0.5)
+    shutil.copytree(f"{export}/1", f"{export}/2.tmp-copy")   # half-written
+    time.sleep(0.6)                           # polled: not a version yet
+    os.rename(f"{export}/2.tmp-copy", f"{export}/2")
+    deadline = time.time() + 60
+    while 2 not in versions and time.time() < deadline:
+      time.sleep(0.2)
+  finally:
+    stop.set()
+    thread.join()
+  assert not failures, failures[:3]
+  assert versions == {1, 2}
+  status = requests.get(served["url"], timeout=60).json()
+  assert [(s["version"], s["state"]) for s in
+          status["model_version_status"]] == [("2", "AVAILABLE"),
+                                              ("1", "END")]
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_0(tmp_path):
+  model_dir = _export(str(tmp_path))
+  batching = tmp_path / "batching.txt"
+  batching.write_text("max_batch_size { value: 64 }\n"
+                      "batch_timeout_micros { value: 5000000 }\n")
+  process, rest, _ = _start(model_dir,
+                            f"--batching_parameters_file={batching}")
+  url = f"http://127.0.0.1:{rest}/v1/models/tiny:predict"
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    pending = pool.submit(requests.post, url, json={
+        "signature_name": "serve_text", "instances": ["good"]}, timeout=60)
+    time.sleep(1.0)                  # queued: its batch waits 5 s
+    started = time.time()
+    process.send_signal(signal.SIGTERM)
+    reply = pending.result()
+  assert reply.status_code == 200, reply.text
+  assert process.wait(60) == 0
+  assert time.time() - started < 4.0          # not the 5 s batch window
+  assert "stopped" in process.stdout.read()
+  with pytest.raises(requests.ConnectionError):
+    requests.post(url, json={"instances": ["good"]}, timeout=5)

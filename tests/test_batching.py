@@ -1,6 +1,7 @@
 """The batch scheduler and TF Serving's batching parameters file, without a
 model: a call that records its batches stands in for the model."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -67,7 +68,10 @@ def test_requests_merge_up_to_the_limit_and_get_their_own_rows():
 
   scheduler = BatchScheduler(run, BatchingParameters(
       max_batch_size=5, batch_timeout_micros=200_000, num_batch_threads=1))
-  futures = [scheduler.submit("a", {"x": np.array([i])}, 1) for i in range(7)]
+  futures = [scheduler.submit("a", {"x": np.array([0])}, 1)]
+  time.sleep(0.05)          # the batch thread is awake, waiting for more
+  futures += [scheduler.submit("a", {"x": np.array([i])}, 1)
+              for i in range(1, 7)]
   futures.append(scheduler.submit("b", {"x": np.array([50, 51])}, 2))
   assert [f.result(30)["y"].tolist() for f in futures] == [
       [100], [101], [102], [103], [104], [105], [106], [150, 151]]

@@ -406,6 +406,51 @@ def _serving_commands(sub, add):
                    help="the longest text a request's string input may hold")
   srv.set_defaults(func=cmd_serve)
 
+  bench = add(sub, "benchmark-serving",
+              help="latency percentiles and throughput of an export: in "
+                   "process, through bertexp serve (gRPC, REST), TFLite")
+  bench.add_argument("target", help="a MODEL_DIR, export or SavedModel "
+                                    "folder, or a .tflite file")
+  bench.add_argument("--lengths", default="16,128",
+                     help="token counts of the latency rows")
+  bench.add_argument("--clients", default="1,4,16",
+                     help="concurrent clients of the throughput rows")
+  bench.add_argument("--calls", type=int, default=200,
+                     help="latency calls measured per row")
+  bench.add_argument("--warmup", type=int, default=20)
+  bench.add_argument("--seconds", type=float, default=3.0,
+                     help="duration of each throughput row")
+  bench.add_argument("--throughput_tokens", type=int, default=16)
+  bench.add_argument("--no_server", action="store_true",
+                     help="skip the gRPC and REST rows")
+  bench.add_argument("--output_json", help="also write the report here")
+  bench.set_defaults(func=cmd_benchmark_serving)
+
+
+def cmd_benchmark_serving(args):
+  """Prints (and writes) the serving benchmark of args.target."""
+  from bertexp.serving import benchmark
+  report = benchmark.run(
+      args.target, lengths=_integer_list(args.lengths, "--lengths"),
+      clients=_integer_list(args.clients, "--clients"), calls=args.calls,
+      warmup=args.warmup, seconds=args.seconds,
+      throughput_tokens=args.throughput_tokens, server=not args.no_server)
+  print(benchmark.table(report), flush=True)
+  if args.output_json:
+    from bertexp.util import fileio
+    fileio.write_json(args.output_json, report)
+
+
+def _integer_list(text, flag):
+  try:
+    values = [int(v) for v in text.split(",") if v.strip()]
+  except ValueError:
+    values = []
+  if not values or min(values) < 1:
+    raise ValueError(f"{flag} {text!r}: expected positive integers separated "
+                     "by commas")
+  return values
+
 
 def cmd_serve(args):
   """Serves an export until SIGTERM (see bertexp.serving.serve)."""

@@ -83,11 +83,15 @@ def served(tmp_path_factory):
   loaded = tf.saved_model.load(f"{model_dir}/export/1")
   channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
   yield {"process": process, "url": f"http://127.0.0.1:{rest}/v1/models/tiny",
+         "grpc_port": grpc_port,
          "base": f"http://127.0.0.1:{rest}", "model_dir": model_dir,
          "loaded": loaded, "channel": channel, "root": root}
   channel.close()
   process.send_signal(signal.SIGTERM)
-  process.wait(60)
+  try:
+    assert process.wait(60) == 0
+  finally:
+    process.kill()
 
 
 def _reference(served, texts):
@@ -279,6 +283,37 @@ def test_new_version_is_served_without_a_failed_request(served):
   assert [(s["version"], s["state"]) for s in
           status["model_version_status"]] == [("2", "AVAILABLE"),
                                               ("1", "END")]
+
+
+def test_benchmark_measures_every_path_with_its_environment(served):
+  from bertexp.serving import benchmark
+  port = lambda name: int(re.search(r":(\d+)", served[name])[1])
+  report = benchmark.run(served["model_dir"], lengths=(8, 24), clients=(1, 3),
+                         calls=6, warmup=1, seconds=0.2, throughput_tokens=8,
+                         server=False)
+  paths = {"grpc": benchmark.grpc_path(served["grpc_port"], "tiny"),
+           "rest": benchmark.rest_path(port("base"), "tiny")}
+  for name, make_call in paths.items():
+    report["latency"].append(dict(path=name, tokens=8, **benchmark.latency(
+        make_call(), benchmark.token_ids(8, 25), calls=6, warmup=1)))
+    report["throughput"].append(dict(path=name, tokens=8, **benchmark.throughput(
+        make_call, benchmark.token_ids(8, 25), clients=3, seconds=0.2)))
+  assert [(r["path"], r["tokens"]) for r in report["latency"]] == [
+      ("savedmodel", 8), ("savedmodel", 24), ("grpc", 8), ("rest", 8)]
+  for row in report["latency"]:
+    assert row["calls"] == 6 and 0 < row["p50_ms"] <= row["p90_ms"] <= \
+        row["p99_ms"], row
+  assert [(r["path"], r["clients"]) for r in report["throughput"]] == [
+      ("savedmodel", 1), ("savedmodel", 3), ("grpc", 3), ("rest", 3)]
+  assert all(r["requests"] >= r["clients"] for r in report["throughput"])
+  env = report["environment"]
+  assert env["cpu"] and env["tensorflow"] == tf.__version__
+  text = benchmark.table(report)
+  assert env["cpu"] in text and "p99 ms" in text and "requests/s" in text
+  # The ids the benchmark sends are valid for the export (25-word vocab).
+  ids = benchmark.token_ids(24, benchmark.vocab_size(
+      f"{served['model_dir']}/export/1"))["input_word_ids"]
+  assert ids.max() < 25 and ids.shape == (1, 24)
 
 
 def test_sigterm_finishes_requests_in_flight_and_exits_0(tmp_path):

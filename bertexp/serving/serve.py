@@ -97,6 +97,8 @@ def _start_grpc(server, host, port, threads):
 
 def _start_rest(server, host, port):
   from werkzeug.serving import make_server
+  # No line per request (TF Serving logs none either); errors still log.
+  logging.getLogger("werkzeug").setLevel(logging.WARNING)
   http_server = make_server(host, port, make_app(server), threaded=True)
   # Keep the request threads joinable, so shutdown waits for their replies.
   http_server.daemon_threads = False

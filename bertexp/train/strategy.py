@@ -14,6 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.util import private_apis
+from bertexp.util.machine import cpuinfo_field
 
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
@@ -225,21 +226,6 @@ def onednn_enabled():
 def onednn_state():
   """onednn_enabled() in a word: "on", "off" or "unknown"."""
   return {True: "on", False: "off", None: "unknown"}[onednn_enabled()]
-
-
-def cpuinfo_field(keys, cpuinfo="/proc/cpuinfo"):
-  """The value of the first line of Linux's `cpuinfo` whose key is one of
-  `keys` (x86 says "flags", Arm "Features"); None where there is no such line
-  or no such file."""
-  try:
-    with open(cpuinfo) as info:
-      for line in info:
-        key, _, value = line.partition(":")
-        if key.strip() in keys:
-          return value.strip()
-  except OSError:
-    pass
-  return None
 
 
 def device_kind(strategy):

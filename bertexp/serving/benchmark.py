@@ -224,7 +224,7 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
   else:
     export_dir = versions_lib.resolve_export_dir(target)
     vocab = vocab_size(export_dir)
-    run_dir = export_dir.rstrip("/").rsplit("/", 3)[0]
+    run_dir = export_dir.rstrip("/").rsplit("/", 2)[0]    # MODEL_DIR
     for kind in ("float", "int8"):
       candidate = fileio.join(run_dir, "tflite", f"model_{kind}.tflite")
       if tf.io.gfile.exists(candidate):

@@ -36,9 +36,10 @@ num_batch_threads { value: 1 }
 """
 
 
-def _export(root):
-  """A tiny classifier exported as version 1 under root/model/export, its
-  weights spread so that different texts get clearly different outputs."""
+def _export(root, tflite=False):
+  """A tiny classifier exported as version 1 under root/model/export (and
+  to root/model/tflite/ when `tflite`), its weights spread so that
+  different texts get clearly different outputs."""
   import tensorflow_text  # noqa: F401
   from bertexp.serving import export
   os.makedirs(root, exist_ok=True)
@@ -52,7 +53,33 @@ def _export(root):
     variable.assign(variable * 6.0)
   model_dir = os.path.join(root, "model")
   export.export_saved_model(task, model, model_dir, version=1)
+  if tflite:
+    _write_tflite_files(model_dir)
   return model_dir
+
+
+def _write_tflite_files(model_dir, length=16):
+  """model_{float,int8}.tflite with the signature export-tflite writes
+  (three int32 [1, length] inputs -> probabilities): a small real TFLite
+  model, for the benchmark's TFLite path (this tiny encoder's exact GELU
+  needs TFLite's flex ops)."""
+  spec = {name: tf.TensorSpec([1, length], tf.int32, name)
+          for name in ("input_word_ids", "input_mask", "input_type_ids")}
+  module = tf.Module()
+  module.table = tf.Variable(tf.random.stateless_normal([25, 2], [1, 2]))
+
+  @tf.function(input_signature=[spec])
+  def classify(features):
+    pooled = tf.reduce_mean(tf.gather(module.table,
+                                      features["input_word_ids"]), 1)
+    return {"probabilities": tf.nn.softmax(pooled, -1)}
+
+  flatbuffer = tf.lite.TFLiteConverter.from_concrete_functions(
+      [classify.get_concrete_function()], module).convert()
+  os.makedirs(f"{model_dir}/tflite", exist_ok=True)
+  for kind in ("float", "int8"):
+    with open(f"{model_dir}/tflite/model_{kind}.tflite", "wb") as f:
+      f.write(flatbuffer)
 
 
 def _start(model_dir, *flags):
@@ -73,7 +100,7 @@ def _start(model_dir, *flags):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("serving"))
-  model_dir = _export(root)
+  model_dir = _export(root, tflite=True)
   batching = os.path.join(root, "batching.txt")
   with open(batching, "w") as f:
     f.write(BATCHING)
@@ -298,13 +325,17 @@ def test_benchmark_measures_every_path_with_its_environment(served):
         make_call(), benchmark.token_ids(8, 25), calls=6, warmup=1)))
     report["throughput"].append(dict(path=name, tokens=8, **benchmark.throughput(
         make_call, benchmark.token_ids(8, 25), clients=3, seconds=0.2)))
+  # TFLite files run at their fixed length (max_seq_length 16).
   assert [(r["path"], r["tokens"]) for r in report["latency"]] == [
-      ("savedmodel", 8), ("savedmodel", 24), ("grpc", 8), ("rest", 8)]
+      ("savedmodel", 8), ("savedmodel", 24), ("tflite-float", 16),
+      ("tflite-int8", 16), ("grpc", 8), ("rest", 8)]
   for row in report["latency"]:
     assert row["calls"] == 6 and 0 < row["p50_ms"] <= row["p90_ms"] <= \
         row["p99_ms"], row
   assert [(r["path"], r["clients"]) for r in report["throughput"]] == [
-      ("savedmodel", 1), ("savedmodel", 3), ("grpc", 3), ("rest", 3)]
+      ("savedmodel", 1), ("savedmodel", 3), ("tflite-float", 1),
+      ("tflite-float", 3), ("tflite-int8", 1), ("tflite-int8", 3),
+      ("grpc", 3), ("rest", 3)]
   assert all(r["requests"] >= r["clients"] for r in report["throughput"])
   env = report["environment"]
   assert env["cpu"] and env["tensorflow"] == tf.__version__

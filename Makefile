@@ -156,17 +156,20 @@ test: setup
 	$(PY) tools/demo_data.py fetch
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
-# The Hugging Face PyTorch reference of tools/bench_vs_hf.py, in its own venv.
+# The Hugging Face PyTorch reference of tools/bench_vs_hf.py, and PyTorch
+# eager and ONNX Runtime for tools/bench_serving.py, in their own venv.
 HF_VENV := .cache/bench_hf
 $(HF_VENV)/.installed:
 	$(PYTHON) -m venv $(HF_VENV)
-	$(HF_VENV)/bin/pip install -q torch==2.13.0 transformers==4.57.1
+	$(HF_VENV)/bin/pip install -q torch==2.13.0 transformers==4.57.1 onnxruntime==1.23.2 onnx==1.19.1
 	touch $@
 
 bench: demo-data $(HF_VENV)/.installed
 	$(PY) tools/bench.py
 	$(PY) tools/bench_memory.py
 	$(PY) tools/bench_vs_hf.py
+	@test -d $(DEMO_DIR)/export || $(MAKE) demo
+	$(PY) tools/bench_serving.py --run=$(DEMO_DIR)
 
 clean:
 	rm -rf runs .pytest_cache

@@ -198,7 +198,11 @@ def _specs(root, vocab, config):
           params=dict(model, **_classification(data, "sst2")), order=fine_tuning,
           tpu={"experiments/glue/mrpc_tpu.gin": dict(
               model, **_classification(data, "mrpc")),
-               "experiments/glue/mnli_tpu.gin": mnli}),
+               "experiments/glue/mnli_tpu.gin": mnli,
+               # TEACHER_DIR: the TPU check's run of mrpc_tpu.gin.
+               "experiments/glue/mrpc_distill_tpu.gin": dict(
+                   model, **_classification(data, "mrpc"),
+                   INIT_CHECKPOINT=None)}),
       "regression": dict(
           gin_file="experiments/demo/movie_score_regression_cpu.gin",
           params=dict(model, **_classification(data, "scores")), order=fine_tuning,

@@ -1,0 +1,85 @@
+"""`make bench`: serving latency of the demo's classifier at batch 1,
+bertexp's paths against what users would pick instead, in one run.
+
+    python tools/bench_serving.py [--run runs/demo] [--calls 200]
+
+bertexp: `bertexp benchmark-serving` of the run (its SavedModel in process,
+through `bertexp serve` over gRPC and REST, its TFLite float and int8
+files). References: the same weights through bertexp's own Hugging Face
+export (`convert-checkpoint --to=huggingface`), in PyTorch eager and ONNX
+Runtime float32 and int8 (tools/serving_reference.py in the venv
+.cache/bench_hf), same token ids, same threads. One table of p50 latency
+with each path's ratio to ONNX Runtime float32 and int8 (> 1: slower), the
+CPU line first; the JSON of both sides goes to RUN/serving_bench.json.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+HF_PYTHON = os.path.join(REPO, ".cache", "bench_hf", "bin", "python")
+BERTEXP = os.path.join(os.path.dirname(sys.executable), "bertexp")
+
+
+def _bertexp(*args):
+  subprocess.run([BERTEXP, *args], check=True)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--run", default=os.path.join(REPO, "runs", "demo"))
+  parser.add_argument("--calls", type=int, default=200)
+  parser.add_argument("--lengths", default="16,128")
+  args = parser.parse_args()
+  run = args.run
+  if not os.path.isdir(os.path.join(run, "export")):
+    raise SystemExit(f"{run}: no export (run `make demo` first)")
+  if not os.path.exists(os.path.join(run, "tflite", "model_int8.tflite")):
+    _bertexp("export-tflite", "--gin_file=experiments/demo/movie_sentiment_cpu.gin",
+             f"--gin_param=MODEL_DIR=\"{run}\"")
+  hf_dir = os.path.join(run, "hf")
+  if not os.path.exists(os.path.join(hf_dir, "config.json")):
+    _bertexp("convert-checkpoint", "--to=huggingface", f"--input={run}",
+             f"--output={hf_dir}")
+  ours_file = os.path.join(run, "serving_benchmark.json")
+  _bertexp("benchmark-serving", run, f"--lengths={args.lengths}",
+           f"--calls={args.calls}", f"--output_json={ours_file}")
+  reference_file = os.path.join(run, "serving_reference.json")
+  subprocess.run([HF_PYTHON, os.path.join(REPO, "tools", "serving_reference.py"),
+                  f"--hf_dir={hf_dir}", f"--lengths={args.lengths}",
+                  f"--calls={args.calls}", "--threads", str(os.cpu_count()),
+                  f"--output={reference_file}"], check=True)
+  with open(ours_file) as f:
+    ours = json.load(f)
+  with open(reference_file) as f:
+    reference = json.load(f)
+  print(table(ours, reference))
+  with open(os.path.join(run, "serving_bench.json"), "w") as f:
+    json.dump({"bertexp": ours, "reference": reference}, f, indent=2)
+
+
+def table(ours, reference):
+  """p50 rows of both sides with ratios to ONNX Runtime float32 and int8."""
+  env = ours["environment"]
+  rows = ours["latency"] + reference["latency"]
+  p50 = {(r["path"], r["tokens"]): r["p50_ms"] for r in rows}
+  lines = [f"CPU: {env['cpu']}, {env['cores']} logical cores, "
+           f"{' '.join(env['flags'])}; TensorFlow {env['tensorflow']}; "
+           + ", ".join(f"{k} {v}" for k, v in reference["versions"].items())
+           + f"; reference threads {reference['threads']}", "",
+           f"{'path (batch 1)':<22}{'tokens':>7}{'p50 ms':>9}{'p99 ms':>9}"
+           f"{'/ ORT fp32':>12}{'/ ORT int8':>12}"]
+  for row in rows:
+    fp32 = p50.get(("onnxruntime-float32", row["tokens"]))
+    int8 = p50.get(("onnxruntime-int8", row["tokens"]))
+    ratio = lambda ref: f"{row['p50_ms'] / ref:>11.2f}x" if ref else f"{'-':>12}"
+    lines.append(f"{row['path']:<22}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
+                 f"{row['p99_ms']:>9.2f}{ratio(fp32)}{ratio(int8)}")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  main()

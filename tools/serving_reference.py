@@ -10,33 +10,25 @@ ONNX Runtime's quantize_dynamic does), on the same token ids and threads.
 import argparse
 import json
 import os
+import sys
 import tempfile
-import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bertexp.serving import timing  # noqa: E402  (numpy only)
 
-def token_ids(length, vocab_size, seed=0):
-  """The ids bertexp.serving.benchmark.token_ids draws (same formula)."""
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(min(1000, vocab_size // 2), vocab_size, size=length)
-  return {"input_ids": ids[None].astype(np.int64),
-          "attention_mask": np.ones([1, length], np.int64),
-          "token_type_ids": np.zeros([1, length], np.int64)}
+
+def hf_inputs(length, vocab_size):
+  """bertexp's benchmark ids under Hugging Face's names, int64."""
+  ids = timing.token_ids(length, vocab_size)
+  return {"input_ids": ids["input_word_ids"].astype(np.int64),
+          "attention_mask": ids["input_mask"].astype(np.int64),
+          "token_type_ids": ids["input_type_ids"].astype(np.int64)}
 
 
 def latency(call, inputs, calls, warmup):
-  for _ in range(warmup):
-    call(inputs)
-  times = []
-  for _ in range(calls):
-    start = time.perf_counter()
-    call(inputs)
-    times.append(time.perf_counter() - start)
-  ms = 1000 * np.asarray(times)
-  return {"p50_ms": float(np.percentile(ms, 50)),
-          "p90_ms": float(np.percentile(ms, 90)),
-          "p99_ms": float(np.percentile(ms, 99)), "calls": calls}
+  return timing.latency(call, inputs, calls=calls, warmup=warmup)
 
 
 def main():
@@ -65,10 +57,10 @@ def main():
 
   for length in lengths:
     rows.append(dict(path="pytorch-eager", tokens=length, **latency(
-        eager, token_ids(length, vocab), args.calls, args.warmup)))
+        eager, hf_inputs(length, vocab), args.calls, args.warmup)))
   with tempfile.TemporaryDirectory() as tmp:
     float_path, int8_path = f"{tmp}/model.onnx", f"{tmp}/model_int8.onnx"
-    sample = token_ids(16, vocab)
+    sample = hf_inputs(16, vocab)
     names = list(sample)
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
     torch.onnx.export(model, tuple(torch.from_numpy(sample[n]) for n in names),
@@ -87,7 +79,7 @@ def main():
       for length in lengths:
         rows.append(dict(path=name, tokens=length, **latency(
             lambda inputs: session.run(None, inputs),
-            token_ids(length, vocab), args.calls, args.warmup)))
+            hf_inputs(length, vocab), args.calls, args.warmup)))
   report = {"versions": {"torch": torch.__version__,
                          "transformers": transformers.__version__,
                          "onnxruntime": ort.__version__},

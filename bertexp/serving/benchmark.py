@@ -20,42 +20,13 @@ import sys
 import threading
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from bertexp.serving import versions as versions_lib
+from bertexp.serving.timing import latency, token_ids
 from bertexp.util import fileio, machine
 
 NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-
-
-def token_ids(length, vocab_size, seed=0):
-  """One row of `length` token ids, {name: int32 [1, S]}."""
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(min(1000, vocab_size // 2), vocab_size, size=length)
-  # Which ids does not change the speed; the count does.
-  return {"input_word_ids": ids[None].astype(np.int32),
-          "input_mask": np.ones([1, length], np.int32),
-          "input_type_ids": np.zeros([1, length], np.int32)}
-
-
-def _percentiles(seconds):
-  ms = 1000 * np.asarray(seconds)
-  return {"p50_ms": float(np.percentile(ms, 50)),
-          "p90_ms": float(np.percentile(ms, 90)),
-          "p99_ms": float(np.percentile(ms, 99)), "calls": len(ms)}
-
-
-def latency(call, inputs, *, calls, warmup):
-  """p50/p90/p99 of `call(inputs)` one after another, after a warm-up."""
-  for _ in range(warmup):
-    call(inputs)
-  times = []
-  for _ in range(calls):
-    start = time.perf_counter()
-    call(inputs)
-    times.append(time.perf_counter() - start)
-  return _percentiles(times)
 
 
 def throughput(make_call, inputs, *, clients, seconds):

@@ -176,6 +176,11 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   with strategy.scope(), (modeling.portable_activations()
                           if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
+  if mode == "distill_targets":
+    if not hasattr(task, "write_teacher_targets"):
+      raise ValueError("--mode=distill_targets needs "
+                       "bertexp.experiment.task = @bertexp.DistillationTask()")
+    return task.write_teacher_targets(model)
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
                            require_pretrained_encoder)
   if mode in ("export", "export_tflite"):
@@ -269,9 +274,10 @@ def _start_runtime(mode, cpu_threads, seed, deterministic):
   if deterministic:
     tf.config.experimental.enable_op_determinism()
   precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
-  if mode in ("predict", "export", "export_tflite"):
+  if mode in ("predict", "export", "export_tflite", "distill_targets"):
     # Served models compute in float32 whatever the training precision, so
-    # predict and the exported model give the same numbers.
+    # predict and the exported model give the same numbers (and teacher
+    # targets are the float32 teacher's).
     tf_keras.mixed_precision.set_global_policy("float32")
   return strategy, precision, jit_compile
 

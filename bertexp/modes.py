@@ -26,6 +26,8 @@ TABLE = (
     Mode("predict", False, "predict the test splits -> prediction files"),
     Mode("export", False, "SavedModel in TF Serving's layout -> export/N/"),
     Mode("export_tflite", False, "TFLite float + int8 (export-tflite)"),
+    Mode("distill_targets", False, "a DistillationTask's teacher outputs, "
+         "once, into its teacher_targets folder"),
     Mode("plan", False, "print the schedule and the memory plan; nothing "
          "is built or trained"),
 )

@@ -269,3 +269,50 @@ def test_unlabelled_text_is_labelled_by_the_teacher_not_by_the_label_term(
   assert (numerators["label/loss"][~unlabelled] > 0).all()
   assert np.isfinite(numerators["distill"]).all()
   assert (numerators["distill"][unlabelled] > 0).any()
+
+
+def test_teacher_targets_written_once_train_the_student_the_teacher_would(
+    teacher_run, tmp_path):
+  """--mode=distill_targets writes the teacher's outputs beside each
+  training record; a run that reads them trains the same student (weights,
+  loss, metrics) as a run that calls the teacher in every step."""
+  student_config = _config(str(tmp_path), "student.json", num_hidden_layers=1)
+  targets = str(tmp_path / "targets")
+  runs = {}
+  for name, extra in (("in_step", []),
+                      ("targets", [f'bertexp.DistillationTask.teacher_targets'
+                                   f'="{targets}"'])):
+    paths = dict(teacher_run, BERT_CONFIG_FILE=student_config,
+                 TEACHER_DIR=teacher_run["MODEL_DIR"],
+                 MODEL_DIR=str(tmp_path / name))
+    del paths["INIT_CHECKPOINT"]
+    extra = extra + ["INIT_CHECKPOINT=None", "TEMPERATURE=2.0",
+                     "LABEL_WEIGHT=0.5", 'STUDENT_INIT="random"',
+                     "bertexp.ClassificationTask.dropout_rate=0.0"]
+    if name == "targets":
+      assert _train(DEMO_DISTILL, paths, steps=20, extra=extra) == 2  # none yet
+      assert _train(DEMO_DISTILL, paths, steps=20, extra=extra,
+                    mode="distill_targets") == 0
+    assert _train(DEMO_DISTILL, paths, steps=20, extra=extra) == 0
+    runs[name] = str(tmp_path / name)
+  info = json.load(open(os.path.join(targets, "teacher_targets.json")))
+  meta = json.load(open(teacher_run["INPUT_META_DATA_PATH"]))
+  assert info["examples"] == meta["train_data_size"]
+  assert info["outputs_per_example"] == 2
+  ours, reference = (tf.train.load_checkpoint(tf.train.latest_checkpoint(
+      runs[name])) for name in ("targets", "in_step"))
+  for key, shape in reference.get_variable_to_shape_map().items():
+    if key.endswith("/.ATTRIBUTES/VARIABLE_VALUE") and not key.startswith(
+        "optimizer") and len(shape) == 2:                    # the kernels
+      np.testing.assert_allclose(ours.get_tensor(key),
+                                 reference.get_tensor(key), atol=1e-5)
+  summaries = [json.load(open(os.path.join(runs[name],
+                                           "training_summary.json")))
+               for name in ("targets", "in_step")]
+  assert summaries[0]["train_loss"] == pytest.approx(
+      summaries[1]["train_loss"], rel=1e-5)
+  assert summaries[0]["eval_metrics"] == pytest.approx(
+      summaries[1]["eval_metrics"], rel=1e-5)
+  with pytest.raises(ValueError, match="hidden_weight and attention_weight"):
+    _student_task(teacher_run, student_config, hidden_weight=1.0,
+                  teacher_targets=targets)

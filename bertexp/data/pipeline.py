@@ -17,9 +17,12 @@ from bertexp.data import order as order_lib
 MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-def _record_spec(seq_length, label_dtype, label_names, id_name):
+def _record_spec(seq_length, label_dtype, label_names, id_name,
+                 float_features=None):
   spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
           for name in MODEL_INPUTS}
+  for name, width in (float_features or {}).items():
+    spec[name] = tf.io.FixedLenFeature([width], tf.float32)
   for name in label_names:
     spec[name] = tf.io.FixedLenFeature([], label_dtype)
   spec[id_name] = tf.io.FixedLenFeature([], tf.int64)
@@ -42,12 +45,13 @@ def _decode(spec, label_names):
 
 
 def record_decoder(seq_length, label_type, label_names=("label_ids",),
-                   id_name="example_id"):
+                   id_name="example_id", float_features=None):
   """decode(serialized [B]) -> (features, labels) of `bertexp prepare`'s
-  fine-tuning records."""
+  fine-tuning records; `float_features` ({name: width}) adds float features
+  records may carry (teacher outputs)."""
   label_dtype = tf.float32 if label_type == "float" else tf.int64
-  return _decode(_record_spec(seq_length, label_dtype, label_names, id_name),
-                 label_names)
+  return _decode(_record_spec(seq_length, label_dtype, label_names, id_name,
+                              float_features), label_names)
 
 
 def check_training_files(file_pattern, decode, *, config, label_ranges=None,
@@ -198,7 +202,8 @@ def training_batches(file_pattern, decode, *, batch_size, input_context=None,
 def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
                  is_training, input_context=None, train_order=None,
                  num_examples=None, shuffle_buffer=10000,
-                 label_names=("label_ids",), id_name="example_id"):
+                 label_names=("label_ids",), id_name="example_id",
+                 float_features=None):
   """Returns a dataset of (features, labels) batches of `batch_size`.
 
   batch_size is per replica when `input_context` is given (that is how
@@ -207,10 +212,10 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   Training: `train_order` (TrainOrder) says the seed and the start;
   shuffle_buffer is the shuffle window (0 keeps the file order, e.g. to
   compare strategies). Several label_names are stacked into labels [B, K]
-  (SQuAD start/end).
+  (SQuAD start/end). float_features: see record_decoder.
   """
-  label_dtype = tf.float32 if label_type == "float" else tf.int64
-  decode = record_decoder(seq_length, label_type, label_names, id_name)
+  decode = record_decoder(seq_length, label_type, label_names, id_name,
+                          float_features)
   if is_training:
     return training_batches(
         file_pattern, decode, batch_size=batch_size,
@@ -222,6 +227,7 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
                             input_context.input_pipeline_id)
   if num_examples is None:
     raise ValueError("evaluation needs num_examples to pad the last batch")
+  label_dtype = tf.float32 if label_type == "float" else tf.int64
   dataset = dataset.batch(batch_size).map(
       with_positions(decode)).unbatch()
   return pad_and_batch_eval(

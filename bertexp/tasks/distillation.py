@@ -38,6 +38,7 @@ from bertexp.data.prepare import UNLABELLED
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks import squad as squad_task
+from bertexp.tasks import teacher_targets
 from bertexp.util import fileio
 
 STUDENT_INITS = ("teacher_layers", "checkpoint", "random")
@@ -216,7 +217,11 @@ class DistillationModel(tf_keras.Model):
                                  dropout_seed=dropout_seed,
                                  return_layers=layers)
     logits, student_layers = student if layers else (student, None)
-    if self.use_teacher:
+    if teacher_targets.FEATURE in inputs:             # computed up front
+      teacher_logits = tf.reshape(tf.cast(inputs[teacher_targets.FEATURE],
+                                          logits.dtype), tf.shape(logits))
+      teacher_layers = None
+    elif self.use_teacher:
       teacher = self._teacher_call(inputs, training=False,
                                    return_layers=layers)
       teacher_logits, teacher_layers = teacher if layers else (teacher, None)
@@ -257,6 +262,10 @@ class DistillationModel(tf_keras.Model):
       losses.append(tf.reduce_sum(squared, [1, 2, 3]) / tf.maximum(count, 1.0))
     return tf.add_n(losses) / len(losses)                             # [B]
 
+  def teacher_outputs(self, inputs):
+    """The teacher's outputs for {model input: [B, S]} (inference)."""
+    return self._teacher_call(inputs, training=False)
+
   def build_variables(self):
     """Creates every variable (the projection's too) by one training call."""
     self(modeling.dummy_inputs(), training=True)
@@ -292,6 +301,12 @@ class DistillationTask(base.Task):
       teacher labels: its records join the student's training records in
       one shuffled stream (the mix is the two files' sizes), and count
       towards epochs; the label term skips them.
+    teacher_targets: a folder for the teacher's outputs computed once:
+      `--mode=distill_targets` writes them there (see
+      bertexp.tasks.teacher_targets), and training then reads them instead
+      of calling the teacher in every step (the distill term; the hidden
+      and attention terms need the teacher's layers, so their weights must
+      be 0). Classification and regression students.
   """
 
   def __init__(self, *, student=gin.REQUIRED, teacher=gin.REQUIRED,
@@ -299,7 +314,7 @@ class DistillationTask(base.Task):
                student_layers=None, temperature=1.0, distill_weight=1.0,
                label_weight=0.0, hidden_weight=0.0, attention_weight=0.0,
                layer_map="uniform", unlabelled_data_path=None,
-               unlabelled_meta_data_path=None):
+               unlabelled_meta_data_path=None, teacher_targets=None):
     if not isinstance(student, base.Task) or isinstance(student,
                                                         DistillationTask):
       raise ValueError("bertexp.DistillationTask.student: expected a task "
@@ -333,11 +348,23 @@ class DistillationTask(base.Task):
         _read_unlabelled_meta(unlabelled_meta_data_path, student)
         if unlabelled_data_path else None)
     self.unlabelled_meta_data_path = unlabelled_meta_data_path
+    self.teacher_targets = teacher_targets
+    if teacher_targets and (self.weights["hidden"] or
+                            self.weights["attention"]):
+      raise ValueError("bertexp.DistillationTask.teacher_targets hold the "
+                       "teacher's outputs only: hidden_weight and "
+                       "attention_weight must be 0")
+    if teacher_targets and isinstance(student,
+                                      squad_task.QuestionAnsweringTask):
+      raise ValueError("bertexp.DistillationTask.teacher_targets: "
+                       "classification and regression students only")
+    self._teacher_prefix = None
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
     student = self.student.build_model()
     teacher, prefix = self._build_teacher()
+    self._teacher_prefix = prefix
     s_config, t_config = student.encoder.config, teacher.encoder.config
     pairs = layer_pairs(self.layer_map, s_config.num_hidden_layers,
                         t_config.num_hidden_layers)
@@ -355,8 +382,8 @@ class DistillationTask(base.Task):
         student, teacher,
         hidden_pairs=pairs if self.weights["hidden"] else [],
         attention_pairs=pairs if self.weights["attention"] else [],
-        use_teacher=any(self.weights[t] for t in ("distill", "hidden",
-                                                  "attention")),
+        use_teacher=not self.teacher_targets and any(
+            self.weights[t] for t in ("distill", "hidden", "attention")),
         name="distillation_model")
     return model.build_variables()
 
@@ -478,8 +505,53 @@ class DistillationTask(base.Task):
   def meta(self):
     return self.student.meta
 
+  def training_files(self):
+    """The training files, in order: the student's, then the unlabelled
+    text's."""
+    path = self.student.train_data_path
+    if self.unlabelled_data_path:
+      path = f"{path},{self.unlabelled_data_path}"
+    return pipeline.list_files(path)
+
+  def write_teacher_targets(self, model):
+    """--mode=distill_targets: the teacher's outputs for every training
+    record, into `teacher_targets` (see bertexp.tasks.teacher_targets).
+
+    Args:
+      model: the DistillationModel this task built (its teacher).
+    Returns:
+      The targets' info.
+    Raises:
+      ValueError: no teacher_targets folder bound.
+    """
+    if not self.teacher_targets:
+      raise ValueError("--mode=distill_targets needs "
+                       "bertexp.DistillationTask.teacher_targets (a folder)")
+    meta = self.student.meta
+    return teacher_targets.write(
+        self.teacher_targets, sources=self.training_files(),
+        decode=pipeline.record_decoder(meta["max_seq_length"],
+                                       meta["label_type"]),
+        teacher_outputs=model.teacher_outputs, teacher=self._teacher_prefix)
+
+  def _targets_inputs(self, input_context, batch_size, train_order):
+    info = teacher_targets.read_info(self.teacher_targets,
+                                     teacher=self._teacher_prefix,
+                                     sources=self.training_files())
+    meta = self.student.meta
+    return pipeline.make_dataset(
+        ",".join(info["targets"]), seq_length=meta["max_seq_length"],
+        label_type=meta["label_type"], batch_size=batch_size,
+        is_training=True, input_context=input_context,
+        train_order=self.default_train_order(train_order),
+        shuffle_buffer=self.student.shuffle_buffer_size,
+        float_features={teacher_targets.FEATURE:
+                        info["outputs_per_example"]})
+
   def build_inputs(self, split, input_context=None, batch_size=0,
                    train_order=None):
+    if split == "train" and self.teacher_targets:
+      return self._targets_inputs(input_context, batch_size, train_order)
     student = self.student
     if split == "train" and self.unlabelled_data_path:
       student = copy.copy(student)      # one stream over both files

@@ -117,6 +117,10 @@ demo-squad: demo-data
 # alone is the baseline; one table.
 DISTILL_SEEDS ?= 1 2 3
 UNLABELLED := .cache/data/snippets
+WITH_UNLABELLED := --gin_param='UNLABELLED_DATA="$(UNLABELLED)/snippets_train.tf_record"' \
+  --gin_param='UNLABELLED_META_DATA="$(UNLABELLED)/snippets_meta_data"'
+# The teacher's outputs, computed once for every seed and student.
+TARGETS := runs/distill_targets
 DISTILL := $(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_distill_cpu.gin
 demo-distill: demo-data
 	@test -f $(DEMO_DIR)/training_summary.json || $(MAKE) demo
@@ -127,13 +131,18 @@ demo-distill: demo-data
 	  --train_file=.cache/movie_reviews/unlabelled.tsv --text_columns=sentence \
 	  --labels=neg,pos --vocab_file=.cache/minilm_l6/vocab.txt --output_dir=$(UNLABELLED) \
 	  --max_seq_length=48 --bert_config_file=.cache/minilm_l6/bert_config.json
+	rm -rf $(TARGETS)
+	$(DISTILL) --gin_param='MODEL_DIR="$(TARGETS)/labelled"' \
+	  --gin_param='TEACHER_TARGETS="$(TARGETS)/labelled"' --mode=distill_targets
+	$(DISTILL) --gin_param='MODEL_DIR="$(TARGETS)/unlabelled"' $(WITH_UNLABELLED) \
+	  --gin_param='TEACHER_TARGETS="$(TARGETS)/unlabelled"' --mode=distill_targets
 	for seed in $(DISTILL_SEEDS); do \
 	  for kind in distilled labels_only unlabelled; do \
 	    dir=runs/distill_l3_$${kind}_seed$$seed; rm -rf $$dir; \
 	    case $$kind in \
-	      distilled) weights="DISTILL_WEIGHT=1.0";; \
+	      distilled) weights="DISTILL_WEIGHT=1.0 TEACHER_TARGETS=\"$(TARGETS)/labelled\"";; \
 	      labels_only) weights="DISTILL_WEIGHT=0.0 LABEL_WEIGHT=1.0";; \
-	      unlabelled) weights="UNLABELLED_DATA=\"$(UNLABELLED)/snippets_train.tf_record\" UNLABELLED_META_DATA=\"$(UNLABELLED)/snippets_meta_data\"";; \
+	      unlabelled) weights="UNLABELLED_DATA=\"$(UNLABELLED)/snippets_train.tf_record\" UNLABELLED_META_DATA=\"$(UNLABELLED)/snippets_meta_data\" TEACHER_TARGETS=\"$(TARGETS)/unlabelled\"";; \
 	    esac; \
 	    $(DISTILL) --gin_param=SEED=$$seed --gin_param="MODEL_DIR=\"$$dir\"" \
 	      $$(for w in $$weights; do echo --gin_param=$$w; done) --mode=train_and_eval || exit 1; \
@@ -143,7 +152,8 @@ demo-distill: demo-data
 	rm -rf runs/distill_l2_distilled
 	$(DISTILL) --gin_param='MODEL_DIR="runs/distill_l2_distilled"' \
 	  --gin_param='BERT_CONFIG_FILE=".cache/minilm_l2/bert_config.json"' \
-	  --gin_param='bertexp.DistillationTask.student_layers=[0, 3]' --mode=train_and_eval
+	  --gin_param='bertexp.DistillationTask.student_layers=[0, 3]' \
+	  --gin_param='TEACHER_TARGETS="$(TARGETS)/labelled"' --mode=train_and_eval
 	$(DISTILL) --gin_param='MODEL_DIR="runs/distill_l2_distilled"' \
 	  --gin_param='BERT_CONFIG_FILE=".cache/minilm_l2/bert_config.json"' --mode=export
 	$(PY) tools/distill_report.py report --teacher=$(DEMO_DIR) --rows \

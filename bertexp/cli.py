@@ -384,9 +384,13 @@ def _serving_commands(sub, add):
   """serve and benchmark-serving."""
   srv = add(sub, "serve", help="an export behind TF Serving's REST and gRPC "
                                "APIs, with request batching")
-  srv.add_argument("model_base_path",
+  srv.add_argument("model_base_path", nargs="?",
                    help="a MODEL_DIR (its export/) or a folder of numeric "
                         "version folders; the newest version is served")
+  srv.add_argument("--model_config_file",
+                   help="TF Serving's model config (ModelServerConfig text "
+                        "format): several models, each name and base_path; "
+                        "instead of model_base_path")
   srv.add_argument("--model_name",
                    help="the name in request paths (default: the run "
                         "folder's name)")
@@ -462,11 +466,17 @@ def cmd_serve(args):
         args.batching_parameters_file)
   elif args.enable_batching:
     batching = batching_lib.BatchingParameters()
-  name = args.model_name or os.path.basename(
-      os.path.normpath(args.model_base_path.rstrip("/")))
+  if bool(args.model_base_path) == bool(args.model_config_file):
+    raise ValueError("bertexp serve: give a model_base_path or "
+                     "--model_config_file (one of them)")
+  if args.model_config_file:
+    from bertexp.serving import model_server
+    models = model_server.read_model_config(args.model_config_file)
+  else:
+    models = [(args.model_name or os.path.basename(os.path.normpath(
+        args.model_base_path.rstrip("/"))), args.model_base_path)]
   port = lambda p: None if p < 0 else p
-  serve_lib.serve(args.model_base_path, model_name=name,
-                  rest_port=port(args.rest_port),
+  serve_lib.serve(models, rest_port=port(args.rest_port),
                   grpc_port=port(args.grpc_port), host=args.host,
                   batching=batching,
                   poll_seconds=args.file_system_poll_wait_seconds,

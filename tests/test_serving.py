@@ -82,12 +82,42 @@ def _write_tflite_files(model_dir, length=16):
       f.write(flatbuffer)
 
 
-def _start(model_dir, *flags):
+def _export_regression(root, vocab):
+  """A tiny regression model (ClassificationTask on float scores) exported
+  as version 1 under root/regression/export."""
+  from bertexp.serving import export
+  from bertexp.tasks import classification
+  from bertexp import cli
+  table = "sentence\tscore\n" + "".join(
+      f"{s}\t{2.0 + i / 10}\n" for i, s in enumerate(TEXTS[:6]))
+  with open(os.path.join(root, "scores.tsv"), "w") as f:
+    f.write(table)
+  data = os.path.join(root, "scores_data")
+  assert cli.main(["prepare", "classification", "--task_name=scores",
+                   "--regression", f"--train_file={root}/scores.tsv",
+                   f"--eval_file={root}/scores.tsv",
+                   "--text_columns=sentence", "--label_column=score",
+                   f"--vocab_file={vocab}", f"--output_dir={data}",
+                   "--max_seq_length=16"]) == 0
+  task = classification.ClassificationTask(
+      bert_config_file=os.path.join(root, "config_0.0.json"),
+      meta_data_path=f"{data}/scores_meta_data",
+      train_data_path=f"{data}/scores_train.tf_record")
+  tf.random.set_seed(4)
+  model = task.build_model()
+  for variable in model.trainable_variables:       # outputs spread apart
+    variable.assign(variable * 6.0)
+  model_dir = os.path.join(root, "regression")
+  export.export_saved_model(task, model, model_dir, version=1)
+  return model_dir
+
+
+def _start(model_dir, *flags, name="tiny"):
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+  where = [model_dir, f"--model_name={name}"] if model_dir else []
   process = subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", "serve", model_dir,
-       "--model_name=tiny", "--rest_port=0", "--grpc_port=0",
-       "--host=127.0.0.1", *flags],
+      [sys.executable, "-m", "bertexp.cli", "serve", *where,
+       "--rest_port=0", "--grpc_port=0", "--host=127.0.0.1", *flags],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
   line = process.stdout.readline()
   match = re.search(r"REST port (\d+), gRPC port (\d+)", line)
@@ -101,18 +131,27 @@ def _start(model_dir, *flags):
 def served(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("serving"))
   model_dir = _export(root, tflite=True)
+  regression_dir = _export_regression(root, os.path.join(root, "vocab.txt"))
   batching = os.path.join(root, "batching.txt")
   with open(batching, "w") as f:
     f.write(BATCHING)
+  config = os.path.join(root, "models.config")     # TF Serving's format
+  with open(config, "w") as f:
+    f.write('model_config_list { config { name: "tiny" base_path: "model" '
+            'model_platform: "tensorflow" } config { name: "scores" '
+            f'base_path: "{regression_dir}" }} }}\n')
   process, rest, grpc_port = _start(
-      model_dir, f"--batching_parameters_file={batching}",
+      None, f"--model_config_file={config}",
+      f"--batching_parameters_file={batching}",
       "--file_system_poll_wait_seconds=0.2", "--max_text_bytes=200")
   loaded = tf.saved_model.load(f"{model_dir}/export/1")
+  regression = tf.saved_model.load(f"{regression_dir}/export/1")
   channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
   yield {"process": process, "url": f"http://127.0.0.1:{rest}/v1/models/tiny",
          "grpc_port": grpc_port,
          "base": f"http://127.0.0.1:{rest}", "model_dir": model_dir,
-         "loaded": loaded, "channel": channel, "root": root}
+         "loaded": loaded, "channel": channel, "root": root,
+         "regression": regression}
   channel.close()
   process.send_signal(signal.SIGTERM)
   try:
@@ -152,6 +191,24 @@ def test_rest_rows_and_columns_equal_the_savedmodel(served):
   assert reply.status_code == 200, reply.text
   np.testing.assert_allclose(reply.json()["outputs"]["probabilities"],
                              expected_ids["probabilities"].numpy(), atol=1e-5)
+
+
+def test_second_model_of_the_config_serves_regression_values(served):
+  expected = served["regression"].signatures["serve_text"](
+      text=tf.constant(TEXTS))["value"].numpy()
+  assert np.ptp(expected) > 0.01
+  reply = requests.post(f"{served['base']}/v1/models/scores:predict", json={
+      "signature_name": "serve_text", "instances": TEXTS}, timeout=60)
+  assert reply.status_code == 200, reply.text
+  np.testing.assert_allclose(reply.json()["predictions"], expected, atol=1e-5)
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(served["channel"])
+  request = predict_pb2.PredictRequest()
+  request.model_spec.name = "scores"
+  request.model_spec.signature_name = "serve_text"
+  request.inputs["text"].CopyFrom(tf.make_tensor_proto(TEXTS[:3]))
+  np.testing.assert_allclose(tf.make_ndarray(
+      stub.Predict(request, timeout=60).outputs["value"]), expected[:3],
+                             atol=1e-5)
 
 
 def test_grpc_predict_metadata_and_status_with_tf_serving_stubs(served):
@@ -195,7 +252,8 @@ def _batch_calls(served):
   text = requests.get(f"{served['base']}/monitoring/prometheus/metrics",
                       timeout=60).text
   return {int(rows): int(calls) for rows, calls in
-          re.findall(r'bertexp_batch_calls\{rows="(\d+)"\} (\d+)', text)}
+          re.findall(r'bertexp_batch_calls\{model="tiny",rows="(\d+)"\} '
+                     r'(\d+)', text)}
 
 
 def test_concurrent_requests_are_merged_into_one_model_call(served):

@@ -36,7 +36,7 @@ def _answer_errors(method):
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-  """Predict and GetModelMetadata of one ModelServer."""
+  """Predict and GetModelMetadata of a model_server.Models."""
 
   def __init__(self, server):
     self._server = server
@@ -85,7 +85,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
-  """GetModelStatus of one ModelServer."""
+  """GetModelStatus of a model_server.Models."""
 
   _STATES = get_model_status_pb2.ModelVersionStatus.State
 
@@ -95,9 +95,9 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
   @_answer_errors
   def GetModelStatus(self, request, context):  # pylint: disable=invalid-name
     spec = request.model_spec
-    self._server.servable(spec.name)
     response = get_model_status_pb2.GetModelStatusResponse()
-    for version, state, error in self._server.status(_version(spec)):
+    for version, state, error in self._server.status(spec.name,
+                                                     _version(spec)):
       status = response.model_version_status.add()
       status.version = version
       status.state = self._STATES.Value(state)

@@ -176,3 +176,94 @@ class ModelServer:
       self.scheduler.close()        # runs what is queued without waiting
     with self._lock:
       return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+
+
+class Models:
+  """The models one server serves, by name (TF Serving's model config).
+
+  Args:
+    servers: ModelServers with distinct names.
+  """
+
+  def __init__(self, servers):
+    self._servers = {server.name: server for server in servers}
+
+  @property
+  def names(self):
+    return sorted(self._servers)
+
+  def get(self, name):
+    """The ModelServer of `name`.
+
+    Raises:
+      ServingError: NOT_FOUND naming the models served.
+    """
+    if name not in self._servers:
+      raise ServingError("NOT_FOUND", f"Servable not found for request: "
+                         f"Latest({name}) (this server serves "
+                         f"{self.names})")
+    return self._servers[name]
+
+  def servable(self, name, version=None):
+    """See ModelServer.servable."""
+    return self.get(name).servable(name, version)
+
+  def status(self, name, version=None):
+    """See ModelServer.status."""
+    return self.get(name).status(version)
+
+  def predict(self, name, version, signature_name, inputs):
+    """See ModelServer.predict."""
+    return self.get(name).predict(name, version, signature_name, inputs)
+
+  def batch_sizes(self):
+    """{model name: Counter of rows per model call} (batching models)."""
+    return {name: server.scheduler.batch_sizes
+            for name, server in sorted(self._servers.items())
+            if server.scheduler is not None}
+
+  def start_polling(self, poll_seconds):
+    for server in self._servers.values():
+      server.start_polling(poll_seconds)
+
+  def drain(self, timeout=60.0):
+    """Drains every model; True when all finished within `timeout` each."""
+    return all([server.drain(timeout) for server in self._servers.values()])
+
+
+def read_model_config(path):
+  """[(name, base_path)] of TF Serving's model config file (a text-format
+  ModelServerConfig); a relative base_path is taken from the file's folder.
+
+  Raises:
+    ValueError: a syntax error (with its line), no model, a repeated name,
+      or a platform other than "tensorflow".
+  """
+  import os
+  from google.protobuf import text_format
+  from tensorflow_serving.config import model_server_config_pb2
+  from bertexp.util import fileio
+  config = model_server_config_pb2.ModelServerConfig()
+  try:
+    text_format.Parse(fileio.read_text(path), config)
+  except text_format.ParseError as e:
+    raise ValueError(f"{path}:{e}") from None
+  models = list(config.model_config_list.config)
+  if not models:
+    raise ValueError(f"{path}: no model in model_config_list")
+  names = [m.name for m in models]
+  if len(set(names)) != len(names) or not all(names):
+    raise ValueError(f"{path}: every model needs its own name, got {names}")
+  folder = os.path.dirname(os.path.abspath(path))
+  result = []
+  for model in models:
+    if model.model_platform not in ("", "tensorflow"):
+      raise ValueError(f"{path}: model {model.name}: platform "
+                       f"{model.model_platform!r}, expected \"tensorflow\"")
+    base = model.base_path
+    if not base:
+      raise ValueError(f"{path}: model {model.name} has no base_path")
+    if "://" not in base and not os.path.isabs(base):
+      base = os.path.join(folder, base)
+    result.append((model.name, base))
+  return result

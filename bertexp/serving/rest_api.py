@@ -5,7 +5,7 @@
   POST /v1/models/<name>[/versions/<v>]:predict    {"instances": [...]} (row
        form -> {"predictions": ...}) or {"inputs": ...} (column form ->
        {"outputs": ...}); "signature_name" picks the signature
-  GET  /monitoring/prometheus/metrics              rows per model call
+  GET  /monitoring/prometheus/metrics              model calls by rows
 
 Errors answer {"error": message} with TF Serving's HTTP status for the code
 (400 bad request, 404 unknown model or version, 429 queue full, 503
@@ -26,7 +26,7 @@ _MODEL_PATH = re.compile(
 
 
 def make_app(server):
-  """The WSGI app of `server` (a ModelServer)."""
+  """The WSGI app of `server` (a model_server.Models)."""
 
   @Request.application
   def app(request):
@@ -72,12 +72,11 @@ def _route(server, request):
     raise ServingError("INVALID_ARGUMENT", f"{request.path} needs GET")
   if rest == "/metadata":
     return _metadata(server, name, version)
-  server.servable(name)                       # NOT_FOUND for another name
   return {"model_version_status": [
       {"version": str(v), "state": state,
        "status": {"error_code": "UNKNOWN" if error else "OK",
                   "error_message": error}}
-      for v, state, error in server.status(version)]}
+      for v, state, error in server.status(name, version)]}
 
 
 def _predict(server, name, version, body):
@@ -183,7 +182,8 @@ def _metadata(server, name, version):
 
 def _metrics(server):
   lines = ["# TYPE bertexp_batch_calls counter"]
-  if server.scheduler is not None:
-    for size, calls in sorted(server.scheduler.batch_sizes.items()):
-      lines.append(f'bertexp_batch_calls{{rows="{size}"}} {calls}')
+  for name, sizes in server.batch_sizes().items():
+    for size, calls in sorted(sizes.items()):
+      lines.append(f'bertexp_batch_calls{{model="{name}",rows="{size}"}} '
+                   f'{calls}')
   return "\n".join(lines) + "\n"

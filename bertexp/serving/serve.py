@@ -12,22 +12,23 @@ import logging
 import signal
 import threading
 
-from bertexp.serving.model_server import ModelServer
+from bertexp.serving.model_server import ModelServer, Models
 from bertexp.serving.rest_api import make_app
 
 
-def serve(base_path, *, model_name, rest_port=8501, grpc_port=8500,
-          host="0.0.0.0", batching=None, poll_seconds=1.0,
-          max_text_bytes=65536, grpc_threads=16, grace_seconds=30.0):
+def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
+          batching=None, poll_seconds=1.0, max_text_bytes=65536,
+          grpc_threads=16, grace_seconds=30.0):
   """Serves until SIGTERM or SIGINT.
 
   Args:
-    base_path: a MODEL_DIR or a folder of version folders.
-    model_name: the name in request paths and model specs.
+    models: [(name, base path)]: the name in request paths and model specs;
+      a MODEL_DIR or a folder of version folders.
     rest_port, grpc_port: 0 picks a free port (printed); None turns the API
       off.
     host: the address to listen on.
-    batching: BatchingParameters, or None (one model call per request).
+    batching: BatchingParameters (each model batches its own requests), or
+      None (one model call per request).
     poll_seconds: how often new versions are looked for (0: never).
     max_text_bytes: the longest text a string input may hold.
     grpc_threads: concurrent gRPC requests.
@@ -40,8 +41,9 @@ def serve(base_path, *, model_name, rest_port=8501, grpc_port=8500,
   """
   if rest_port is None and grpc_port is None:
     raise ValueError("turn on at least one of --rest_port and --grpc_port")
-  server = ModelServer(base_path, model_name, batching=batching,
-                       max_text_bytes=max_text_bytes)
+  server = Models([ModelServer(path, name, batching=batching,
+                               max_text_bytes=max_text_bytes)
+                   for name, path in models])
   server.start_polling(poll_seconds)
   stopped = threading.Event()
   previous = {sig: signal.signal(sig, lambda *_: stopped.set())
@@ -54,9 +56,10 @@ def serve(base_path, *, model_name, rest_port=8501, grpc_port=8500,
     if rest_port is not None:
       http_server, rest_thread = _start_rest(server, host, rest_port)
       rest_port = http_server.server_port
-    version = server.status()[0][0]
-    print(f"serving {model_name} version {version} from {server.folder}: "
-          f"REST port {rest_port}, gRPC port {grpc_port}"
+    served = "; ".join(
+        f"{name} version {server.status(name)[0][0]} from "
+        f"{server.get(name).folder}" for name in server.names)
+    print(f"serving {served}: REST port {rest_port}, gRPC port {grpc_port}"
           f"{', batching ' + str(batching) if batching else ''}", flush=True)
     stopped.wait()
     print("shutting down: finishing requests in flight", flush=True)

@@ -139,6 +139,12 @@ class BatchScheduler:
     for thread in self._threads:
       thread.start()
 
+  @property
+  def waiting_rows(self):
+    """Rows queued and not yet taken into a batch."""
+    with self._cond:
+      return self._waiting_rows
+
   def submit(self, key, inputs, rows):
     """Queues one request's rows.
 

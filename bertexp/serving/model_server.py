@@ -216,9 +216,9 @@ class Models:
     """See ModelServer.predict."""
     return self.get(name).predict(name, version, signature_name, inputs)
 
-  def batch_sizes(self):
-    """{model name: Counter of rows per model call} (batching models)."""
-    return {name: server.scheduler.batch_sizes
+  def schedulers(self):
+    """{model name: its BatchScheduler} (models that batch)."""
+    return {name: server.scheduler
             for name, server in sorted(self._servers.items())
             if server.scheduler is not None}
 

@@ -5,7 +5,8 @@
   POST /v1/models/<name>[/versions/<v>]:predict    {"instances": [...]} (row
        form -> {"predictions": ...}) or {"inputs": ...} (column form ->
        {"outputs": ...}); "signature_name" picks the signature
-  GET  /monitoring/prometheus/metrics              model calls by rows
+  GET  /monitoring/prometheus/metrics              model calls by rows, rows
+                                                   waiting
 
 Errors answer {"error": message} with TF Serving's HTTP status for the code
 (400 bad request, 404 unknown model or version, 429 queue full, 503
@@ -181,9 +182,12 @@ def _metadata(server, name, version):
 
 
 def _metrics(server):
-  lines = ["# TYPE bertexp_batch_calls counter"]
-  for name, sizes in server.batch_sizes().items():
-    for size, calls in sorted(sizes.items()):
+  lines = ["# TYPE bertexp_batch_calls counter",
+           "# TYPE bertexp_waiting_rows gauge"]
+  for name, scheduler in server.schedulers().items():
+    for size, calls in sorted(scheduler.batch_sizes.items()):
       lines.append(f'bertexp_batch_calls{{model="{name}",rows="{size}"}} '
                    f'{calls}')
+    lines.append(f'bertexp_waiting_rows{{model="{name}"}} '
+                 f'{scheduler.waiting_rows}')
   return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
 """`bertexp benchmark-serving`: latency and throughput of an export, in
-process and through `bertexp serve` (gRPC and REST), and of its TFLite files.
+process, through `bertexp serve` (gRPC and REST; gRPC again with request
+batching on), and of its TFLite files.
 
     bertexp benchmark-serving runs/demo --output_json=serving.json
 
@@ -146,17 +147,35 @@ def environment():
               inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
 
 
-def _paths(path, server, tflite_files):
+def _paths(path, servers, tflite_files):
   """{name: (make_call, fixed length or None)}."""
   paths = {}
   if path is not None:
     paths["savedmodel"] = (savedmodel_path(path), None)
-  if server is not None:
-    paths["grpc"] = (grpc_path(server.grpc_port, "bench"), None)
-    paths["rest"] = (rest_path(server.rest_port, "bench"), None)
+  if servers is not None:
+    plain, batching = servers
+    paths["grpc"] = (grpc_path(plain.grpc_port, "bench"), None)
+    paths["rest"] = (rest_path(plain.rest_port, "bench"), None)
+    paths["grpc-batching"] = (grpc_path(batching.grpc_port, "bench"), None)
   for name, file in tflite_files.items():
     paths[name] = tflite_path(file)
   return paths
+
+
+class _Servers:
+  """`bertexp serve` twice: without batching and with TF Serving's batching
+  defaults (`--enable_batching`)."""
+
+  def __init__(self, folder):
+    self._servers = [ServerProcess(folder, "bench"),
+                     ServerProcess(folder, "bench", "--enable_batching")]
+
+  def __enter__(self):
+    return [server.__enter__() for server in self._servers]
+
+  def __exit__(self, *exc):
+    for server in self._servers:
+      server.__exit__(*exc)
 
 
 def vocab_size(export_dir):
@@ -183,7 +202,8 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
     calls, warmup: latency calls measured, and before them.
     seconds: each throughput measurement's duration.
     throughput_tokens: the token count of the throughput rows.
-    server: also measure through `bertexp serve` (gRPC and REST).
+    server: also measure through `bertexp serve` (gRPC and REST; gRPC
+      again with request batching on).
   Returns:
     {"environment": ..., "latency": [rows], "throughput": [rows]}.
   Raises:
@@ -202,9 +222,9 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
         tflite_files[f"tflite-{kind}"] = candidate
   report = {"environment": environment(), "latency": [], "throughput": []}
   folder = export_dir and os.path.dirname(export_dir.rstrip("/"))
-  with (ServerProcess(folder, "bench") if server and export_dir
-        else _Nothing()) as process:
-    for name, (make_call, fixed) in _paths(export_dir, process,
+  with (_Servers(folder) if server and export_dir
+        else _Nothing()) as servers:
+    for name, (make_call, fixed) in _paths(export_dir, servers,
                                             tflite_files).items():
       for length in ([fixed] if fixed else lengths):
         report["latency"].append(dict(

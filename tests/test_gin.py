@@ -27,6 +27,8 @@ def test_shipped_gin_parses(path):
   params = ['MODEL_DIR="/tmp/x"']
   if "tpu" in os.path.basename(path):
     params.append('TPU_ADDRESS="local"')
+  if "distill_tpu" in os.path.basename(path):    # the teacher run: required
+    params.append('TEACHER_DIR="/tmp/teacher"')
   cli.parse_gin([path], params)
   assert gin.query_parameter("%MODEL_DIR") == "/tmp/x"
   assert gin.query_parameter("bertexp.experiment.task") is not None

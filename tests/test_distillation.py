@@ -274,14 +274,18 @@ def test_unlabelled_text_is_labelled_by_the_teacher_not_by_the_label_term(
 def test_teacher_targets_written_once_train_the_student_the_teacher_would(
     teacher_run, tmp_path):
   """--mode=distill_targets writes the teacher's outputs beside each
-  training record; a run that reads them trains the same student (weights,
-  loss, metrics) as a run that calls the teacher in every step."""
+  training record; a run that reads them, on one replica and on 2 mirrored
+  CPU replicas, trains the same student (weights, loss, metrics) as a run
+  that calls the teacher in every step."""
   student_config = _config(str(tmp_path), "student.json", num_hidden_layers=1)
   targets = str(tmp_path / "targets")
   runs = {}
-  for name, extra in (("in_step", []),
-                      ("targets", [f'bertexp.DistillationTask.teacher_targets'
-                                   f'="{targets}"'])):
+  use_targets = [f'bertexp.DistillationTask.teacher_targets="{targets}"']
+  mirrored = ['bertexp.make_strategy.kind="mirrored"',
+              "bertexp.make_strategy.num_gpus=0",
+              "bertexp.make_strategy.cpu_replicas=2"]
+  for name, extra in (("in_step", []), ("targets", use_targets),
+                      ("targets_mirrored", use_targets + mirrored)):
     paths = dict(teacher_run, BERT_CONFIG_FILE=student_config,
                  TEACHER_DIR=teacher_run["MODEL_DIR"],
                  MODEL_DIR=str(tmp_path / name))
@@ -299,20 +303,24 @@ def test_teacher_targets_written_once_train_the_student_the_teacher_would(
   meta = json.load(open(teacher_run["INPUT_META_DATA_PATH"]))
   assert info["examples"] == meta["train_data_size"]
   assert info["outputs_per_example"] == 2
-  ours, reference = (tf.train.load_checkpoint(tf.train.latest_checkpoint(
-      runs[name])) for name in ("targets", "in_step"))
-  for key, shape in reference.get_variable_to_shape_map().items():
-    if key.endswith("/.ATTRIBUTES/VARIABLE_VALUE") and not key.startswith(
-        "optimizer") and len(shape) == 2:                    # the kernels
-      np.testing.assert_allclose(ours.get_tensor(key),
-                                 reference.get_tensor(key), atol=1e-5)
-  summaries = [json.load(open(os.path.join(runs[name],
-                                           "training_summary.json")))
-               for name in ("targets", "in_step")]
-  assert summaries[0]["train_loss"] == pytest.approx(
-      summaries[1]["train_loss"], rel=1e-5)
-  assert summaries[0]["eval_metrics"] == pytest.approx(
-      summaries[1]["eval_metrics"], rel=1e-5)
+  reference = tf.train.load_checkpoint(tf.train.latest_checkpoint(
+      runs["in_step"]))
+  expected = json.load(open(os.path.join(runs["in_step"],
+                                         "training_summary.json")))
+  for name in ("targets", "targets_mirrored"):
+    ours = tf.train.load_checkpoint(tf.train.latest_checkpoint(runs[name]))
+    for key, shape in reference.get_variable_to_shape_map().items():
+      if key.endswith("/.ATTRIBUTES/VARIABLE_VALUE") and not key.startswith(
+          "optimizer") and len(shape) == 2:                  # the kernels
+        np.testing.assert_allclose(ours.get_tensor(key),
+                                   reference.get_tensor(key), atol=1e-5)
+    summary = json.load(open(os.path.join(runs[name],
+                                          "training_summary.json")))
+    assert summary["train_loss"] == pytest.approx(expected["train_loss"],
+                                                  rel=1e-5)
+    assert summary["eval_metrics"] == pytest.approx(expected["eval_metrics"],
+                                                    rel=1e-5)
+    assert summary["replicas"] == (2 if name == "targets_mirrored" else 1)
   with pytest.raises(ValueError, match="hidden_weight and attention_weight"):
     _student_task(teacher_run, student_config, hidden_weight=1.0,
                   teacher_targets=targets)

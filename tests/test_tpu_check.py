@@ -24,18 +24,9 @@ def fixtures(tmp_path_factory):
   return mf.build_fixtures(str(tmp_path_factory.mktemp("tpu_fixtures")))
 
 
-# The distillation file's cell doubles the check's longest chain (its
-# teacher run, then two 8-replica distillation runs with every loss term):
-# about four minutes of a 2-core `make test`. It runs when
-# BERTEXP_TPU_CHECK_ALL=1 (`BERTEXP_TPU_CHECK_ALL=1 pytest
-# tests/test_tpu_check.py`); the distillation step's replica equality is in
-# every `make test` through the strategy matrix's distillation cell.
-OUTSIDE_MAKE_TEST = () if os.environ.get("BERTEXP_TPU_CHECK_ALL") == "1" else (
-    "experiments/glue/mrpc_distill_tpu.gin",)
 TPU_EXPERIMENTS = sorted(
     os.path.relpath(p, REPO)
-    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin"))
-    if os.path.relpath(p, REPO) not in OUTSIDE_MAKE_TEST)
+    for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
 # Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
 TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
     "experiments/demo/movie_score_regression_cpu.gin"]
@@ -128,8 +119,7 @@ def _after(wait, args):
 
 def test_every_shipped_tpu_file_has_a_tpu_check_cell_that_ran(
     fixtures, tpu_check_runs):
-  covered = {f for spec in fixtures.values() for f in spec["tpu"]
-             if f not in OUTSIDE_MAKE_TEST}
+  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
   assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
   assert set(SHIPPED_RUNS) <= set(TPU_EXPERIMENTS)
 

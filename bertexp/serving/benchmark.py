@@ -13,6 +13,7 @@ TFLite files take their own fixed sequence length (the export's
 max_seq_length), so their rows say which length they ran.
 """
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -223,7 +224,7 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
   report = {"environment": environment(), "latency": [], "throughput": []}
   folder = export_dir and os.path.dirname(export_dir.rstrip("/"))
   with (_Servers(folder) if server and export_dir
-        else _Nothing()) as servers:
+        else contextlib.nullcontext()) as servers:
     for name, (make_call, fixed) in _paths(export_dir, servers,
                                             tflite_files).items():
       for length in ([fixed] if fixed else lengths):
@@ -237,14 +238,6 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
                 make_call, token_ids(fixed or throughput_tokens, vocab),
                 clients=count, seconds=seconds)))
   return report
-
-
-class _Nothing:
-  def __enter__(self):
-    return None
-
-  def __exit__(self, *exc):
-    return False
 
 
 def table(report):

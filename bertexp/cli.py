@@ -45,7 +45,7 @@ def cmd_train(args):
 
 
 def cmd_prepare(args):
-  """`bertexp prepare glue|classification|squad|pretraining`."""
+  """`bertexp prepare glue|classification|squad|tagging|pretraining`."""
   if args.kind == "pretraining":
     from bertexp.data import pretraining
     options = pretraining.Options(
@@ -83,6 +83,9 @@ def cmd_prepare(args):
           f"{meta['skipped_answer_not_found']} skipped (answer not found)",
           flush=True)
     return
+  if args.kind == "tagging":
+    cmd_prepare_tagging(args, common)
+    return
   if args.kind == "glue":
     meta = prepare.prepare_glue(args.task, input_dir=args.input_dir, **common)
   else:
@@ -97,6 +100,25 @@ def cmd_prepare(args):
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
         f"truncated {meta['truncated_examples']}" +
         (f", skipped malformed rows {skipped}" if skipped else ""), flush=True)
+
+
+def cmd_prepare_tagging(args, common):
+  """`bertexp prepare tagging`."""
+  from bertexp.data import tagging
+  files = [("train", args.train_file)] + [
+      (name, path) for name, path in (("eval", args.eval_file),
+                                      ("test", args.test_file)) if path]
+  tag_column = None if args.no_tags else args.tag_column
+  meta = tagging.prepare_tagging(
+      task_name=args.task_name, files=files, file_format=args.format,
+      scheme=args.scheme, input_scheme=args.input_scheme,
+      labels=args.labels.split(",") if args.labels else None,
+      doc_stride=args.doc_stride, token_column=args.token_column,
+      tag_column=tag_column, **common)
+  print(f"prepared {meta['task']}: {meta['sentence_counts']} sentences -> "
+        f"{meta['split_sizes']} windows ({meta['sentences_split_into_windows']}"
+        f" split); {meta['num_labels']} labels: "
+        f"{','.join(meta['label_names'])}", flush=True)
 
 
 def _max_positions(bert_config_file):
@@ -269,7 +291,7 @@ def _training_commands(sub, add):
 
 
 def _prepare_commands(sub, add):
-  """prepare glue / classification / squad / pretraining."""
+  """prepare glue / classification / squad / tagging / pretraining."""
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)
   glue = add(prep_sub, "glue", help="a GLUE task folder")
@@ -298,6 +320,30 @@ def _prepare_commands(sub, add):
                   help="question tokens kept (longer questions are cut)")
   sq.add_argument("--eval", action="store_true",
                   help="evaluation windows (no answer positions)")
+  tag = add(prep_sub, "tagging", help="tagged tokens (NER, POS): CoNLL, "
+            "CoNLL-U, JSONL, People's Daily")
+  tag.add_argument("--format", required=True,
+                   choices=["conll", "conllu", "jsonl", "peoples_daily"])
+  tag.add_argument("--train_file", required=True)
+  tag.add_argument("--eval_file")
+  tag.add_argument("--test_file")
+  tag.add_argument("--task_name", required=True)
+  tag.add_argument("--scheme", default="BIO",
+                   help="what the task trains in: BIO, BIOES, or NONE for "
+                   "plain tags (POS)")
+  tag.add_argument("--input_scheme",
+                   help="the files' scheme when it differs (IOB1, BIO, BIOES)")
+  tag.add_argument("--labels", help="entity types (NONE: tags) in order; "
+                   "default: the training file's, sorted")
+  tag.add_argument("--token_column", type=int, default=0,
+                   help="CoNLL: the token's column (0-based)")
+  tag.add_argument("--tag_column", type=int, default=-1,
+                   help="CoNLL: the tag's column (-1: the last)")
+  tag.add_argument("--no_tags", action="store_true",
+                   help="CoNLL: the files have no tag column (to predict)")
+  tag.add_argument("--doc_stride", type=int,
+                   help="pieces between the starts of a long sentence's "
+                   "windows (default: half a window)")
   pt = add(prep_sub, "pretraining", help="raw text -> MLM/NSP records")
   pt.add_argument("--input_file", required=True,
                   help="glob(s), comma separated: one sentence per line, "
@@ -322,7 +368,7 @@ def _prepare_commands(sub, add):
   pt.add_argument("--num_workers", type=int,
                   help="processes (default: up to 2, one per core)")
   pt.set_defaults(func=cmd_prepare)
-  for p in (glue, cls, sq):
+  for p in (glue, cls, sq, tag):
     p.add_argument("--vocab_file", required=True)
     p.add_argument("--output_dir", required=True)
     p.add_argument("--max_seq_length", type=int,

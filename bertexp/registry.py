@@ -6,5 +6,6 @@ from bertexp.tasks import classification  # noqa: F401
 from bertexp.tasks import distillation  # noqa: F401
 from bertexp.tasks import pretraining  # noqa: F401
 from bertexp.tasks import squad  # noqa: F401
+from bertexp.tasks import tagging  # noqa: F401
 from bertexp.train import optimization  # noqa: F401
 from bertexp.train import strategy  # noqa: F401

@@ -1,9 +1,9 @@
 """Tiny data for every task, and one way to run any experiment on any strategy.
 
 `build_fixtures(root)` prepares, with bertexp's own `prepare` commands, the
-data of five tasks over one tiny vocabulary and a dropout-free tiny encoder:
+data of six tasks over one tiny vocabulary and a dropout-free tiny encoder:
 classification (GLUE SST-2, MRPC and MNLI layouts), regression, SQuAD v1.1,
-SQuAD v2.0 and pretraining. Each task comes with the gin file of a shipped
+SQuAD v2.0, tagging (NER) and pretraining. Each task comes with the gin file of a shipped
 CPU run and the bindings that point it at the fixtures, with a fixed data
 order (shuffle buffer 0) so that runs on different strategies see the same
 global batches.
@@ -120,6 +120,39 @@ def _write_corpus(path, documents=30):
                        "\n\n" for _ in range(documents)))
 
 
+# The tiny NER fixture's entities: sentiment words and what they are about.
+NER_TYPES = {"good": "POS", "great": "POS", "fun": "POS", "bad": "NEG",
+             "dull": "NEG", "movie": "OBJ", "films": "OBJ", "plot": "OBJ"}
+
+
+def ner_sentence(rng, length):
+  """(tokens, BIO tags) of a random fixture sentence of at least `length`
+  words: "very good" and "not fun" are two-word entities, "films" is two
+  word pieces (film ##s)."""
+  words = ["the", "movie", "was", "good", "bad", "a", "films", "great", "!",
+           ".", "is", "it", "dull", "fun", "plot", "and", "very", "not"]
+  tokens, tags = [], []
+  while len(tokens) < length:
+    word = rng.choice(words)
+    if word in ("very", "not"):
+      tokens += [word, "good" if word == "very" else "fun"]
+      entity_type = "POS" if word == "very" else "NEG"
+      tags += [f"B-{entity_type}", f"I-{entity_type}"]
+      continue
+    tokens.append(word)
+    tags.append(f"B-{NER_TYPES[word]}" if word in NER_TYPES else "O")
+  return tokens, tags
+
+
+def write_ner_conll(path, count, longest, seed):
+  """`count` sentences of 3..`longest` words in CoNLL columns (token, a
+  POS placeholder, tag)."""
+  rng = random.Random(seed)
+  sentences = [ner_sentence(rng, rng.randint(3, longest)) for _ in range(count)]
+  _write(path, "".join("".join(f"{t}\tX\t{g}\n" for t, g in zip(*s)) + "\n"
+                       for s in sentences))
+
+
 def _prepare_all(root, vocab):
   def prepare(*args):
     assert cli.main(["prepare", *args, f"--vocab_file={vocab}"]) == 0
@@ -135,6 +168,11 @@ def _prepare_all(root, vocab):
     prepare("squad", f"--squad_file={root}/squad_{version}.json",
             f"--output_dir={root}/data", "--max_seq_length=24", "--doc_stride=8",
             "--max_query_length=8", *flags)
+  # Sentences up to 24 words in windows of 14 pieces: many are split.
+  prepare("tagging", "--format=conll", "--task_name=ner",
+          f"--train_file={root}/ner/train.txt", f"--eval_file={root}/ner/dev.txt",
+          f"--test_file={root}/ner/test.txt", f"--output_dir={root}/data",
+          "--max_seq_length=16")
   for split, seed in (("train", 1), ("eval", 2)):
     prepare("pretraining", f"--input_file={root}/corpus_{split}.txt",
             f"--output_file={root}/data/pretrain_{split}.tfrecord",
@@ -159,6 +197,8 @@ def build_fixtures(root):
   _write_regression(root)
   for version, v2 in (("v1.1", False), ("v2.0", True)):
     _write(f"{root}/squad_{version}.json", json.dumps(_squad_json(v2)))
+  for split, count, seed in (("train", 48, 1), ("dev", 12, 2), ("test", 8, 3)):
+    write_ner_conll(f"{root}/ner/{split}.txt", count, 24, seed)
   _write_corpus(f"{root}/corpus_train.txt")
   _write_corpus(f"{root}/corpus_eval.txt", documents=6)
   _prepare_all(root, vocab)
@@ -216,6 +256,14 @@ def _specs(root, vocab, config):
                          params=dict(squad("v2.0"), VERSION_2_WITH_NEGATIVE=True),
                          order=squad_order,
                          tpu={"experiments/squad/squad_v2_tpu.gin": squad("v2.0")}),
+      "tagging": dict(
+          gin_file="experiments/demo/ner_zh_cpu.gin", params=dict(
+              model, TRAIN_DATA_PATH=f"{data}/ner_train.tf_record",
+              EVAL_DATA_PATH=f"{data}/ner_eval.tf_record",
+              TEST_DATA_PATH=f"{data}/ner_test.tf_record",
+              INPUT_META_DATA_PATH=f"{data}/ner_meta_data"),
+          order=["bertexp.TaggingTask.shuffle_buffer_size=0",
+                 "bertexp.TaggingTask.dropout_rate=0.0"], tpu={}),
       "pretraining": dict(
           gin_file="gin/tasks/pretraining.gin", params=pretraining,
           order=["bertexp.PretrainingTask.shuffle_buffer_size=0"],
@@ -367,7 +415,19 @@ def assert_same_metrics(ours, reference):
 
 def prediction_files(model_dir):
   return sorted(glob.glob(f"{model_dir}/test_results*.tsv") +
-                glob.glob(f"{model_dir}/predictions.json"))
+                glob.glob(f"{model_dir}/predictions.json") +
+                glob.glob(f"{model_dir}/predictions_*.conll") +
+                glob.glob(f"{model_dir}/entities_*.jsonl"))
+
+
+def _without_scores(entities_file):
+  """An entities JSONL file's sentences with each entity's score apart."""
+  sentences, scores = [], []
+  for line in open(entities_file):
+    sentence = json.loads(line)
+    scores += [e.pop("score") for e in sentence["entities"]]
+    sentences.append(sentence)
+  return sentences, scores
 
 
 def assert_same_predictions(model_dir, reference_dir):
@@ -378,6 +438,13 @@ def assert_same_predictions(model_dir, reference_dir):
     reference = os.path.join(reference_dir, os.path.basename(path))
     if path.endswith(".json"):
       assert json.load(open(path)) == json.load(open(reference))
+    elif path.endswith(".conll"):
+      assert open(path).read() == open(reference).read()
+    elif path.endswith(".jsonl"):
+      ours, our_scores = _without_scores(path)
+      theirs, their_scores = _without_scores(reference)
+      assert ours == theirs
+      np.testing.assert_allclose(our_scores, their_scores, atol=1e-5)
     else:
       np.testing.assert_allclose(np.loadtxt(path, ndmin=2),
                                  np.loadtxt(reference, ndmin=2), atol=1e-5)

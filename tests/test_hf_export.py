@@ -115,3 +115,23 @@ def test_missing_config_or_checkpoint_is_a_clear_error(tmp_path, capsys):
                    f"--input={tmp_path}", f"--output={tmp_path / 'x'}"]) == 2
   assert "folder holds no checkpoint" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "x")
+
+
+def test_tagger_head_is_token_classification_with_tag_names(
+    tmp_path, tiny_config, tiny_vocab):
+  """A tagging run's head -> BertForTokenClassification's `classifier`,
+  id2label the meta data's tags in label-id order."""
+  from bertexp.tasks import tagging
+  config = modeling.BertConfig.from_json_file(tiny_config)
+  model = tagging.TaggingModel(modeling.BertEncoder(config), 5).build_variables()
+  prefix = _training_checkpoint(model, tmp_path)
+  tensors, hf_config = _export(prefix, tmp_path / "hf",
+                               f"--bert_config_file={tiny_config}",
+                               f"--vocab_file={tiny_vocab}")
+  assert hf_config["architectures"] == ["BertForTokenClassification"]
+  assert hf_config["num_labels"] == 5
+  assert "problem_type" not in hf_config
+  np.testing.assert_array_equal(tensors["classifier.weight"],
+                                model.tagger.kernel.numpy().T)
+  np.testing.assert_array_equal(tensors["classifier.bias"],
+                                model.tagger.bias.numpy())

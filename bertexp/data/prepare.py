@@ -161,6 +161,10 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
     }
     if unlabelled:
       meta["unlabelled"] = True
+    elif not regression and "train" in labels:   # for class_weights="balanced"
+      counts = np.bincount(labels["train"], minlength=len(label_names))
+      meta["label_counts"] = {name: int(c) for name, c in
+                              zip(label_names, counts)}
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:
     for path in written:

@@ -42,19 +42,65 @@ def _read_meta(path):
   return meta
 
 
+def _class_weights(setting, meta, path):
+  """The per-label loss weights [L] of `setting` (see ClassificationTask),
+  or None."""
+  if setting is None:
+    return None
+  names = list(meta.get("label_names") or [])
+  if meta["num_labels"] == 1 or not names:
+    raise ValueError(f"{path}: class_weights needs classification labels "
+                     "(this data is regression or has no label names)")
+  if setting == "balanced":
+    counts = meta.get("label_counts")
+    if not isinstance(counts, dict) or sorted(counts) != sorted(names):
+      raise ValueError(f"{path}: class_weights='balanced' needs the training "
+                       "label counts (label_counts), which `bertexp prepare` "
+                       "writes: prepare the data again")
+    if min(counts.values()) <= 0:
+      missing = [n for n in names if counts[n] <= 0]
+      raise ValueError(f"{path}: labels {missing} never occur in the "
+                       "training data: 'balanced' cannot weigh them")
+    total = sum(counts.values())
+    return [total / (len(names) * counts[n]) for n in names]
+  if isinstance(setting, dict):
+    unknown = sorted(set(setting) - set(names))
+    if unknown:
+      raise ValueError(f"class_weights names {unknown}, not labels of {path} "
+                       f"({names})")
+    weights = [float(setting.get(n, 1.0)) for n in names]
+    if min(weights) < 0 or not all(np.isfinite(weights)) or not any(weights):
+      raise ValueError(f"class_weights {setting}: weights must be finite, "
+                       ">= 0, and not all 0")
+    return weights
+  raise ValueError(f"class_weights must be None, 'balanced' or {{label: "
+                   f"weight}}, got {setting!r}")
+
+
 @gin.configurable(module="bertexp")
 class ClassificationTask(base.Task):
   """Classifier on the pooled output; regression when num_labels == 1.
 
   Data comes from `bertexp prepare`: `*_meta_data` says the number of labels,
   their names, the label type and the split sizes.
+
+  Args (besides the data paths):
+    class_weights: None (every example weighs 1), "balanced" (weight of
+      class c = n_train / (n_labels * count_c), the counts that `prepare`
+      wrote into the meta data: scikit-learn's rule) or {label name: weight}
+      (unnamed labels weigh 1). The loss is the weighted cross-entropy
+      divided by the summed weights of the global batch (PyTorch's
+      CrossEntropyLoss(weight=...) over the global batch), on any strategy.
+    metric_names: eval metrics; the first selects the best checkpoint.
+      Classification: accuracy, f1 (of label 1), matthews_corrcoef,
+      macro_f1, per_class (precision_/recall_/f1_<label> of every label).
   """
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
                meta_data_path=gin.REQUIRED, train_data_path=None,
                eval_data_path=None, extra_eval_data_paths=None,
                test_data_path=None, extra_test_data_paths=None,
-               dropout_rate=None, metric_names=None,
+               dropout_rate=None, metric_names=None, class_weights=None,
                seed=None, shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
     self.meta = _read_meta(meta_data_path)
@@ -74,6 +120,14 @@ class ClassificationTask(base.Task):
     default = (("spearman", "pearson") if self.is_regression else
                glue_metrics.TASK_METRICS.get(self.meta.get("task"), ("accuracy",)))
     self.metric_names = tuple(metric_names or default)
+    if not self.is_regression and (
+        self.metric_names[0] == "per_class" or
+        set(self.metric_names) - set(glue_metrics.METRICS)):
+      raise ValueError(f"metric_names {list(self.metric_names)}: expected "
+                       f"names of {list(glue_metrics.METRICS)}, the first "
+                       "not per_class (it selects the best checkpoint)")
+    self.class_weights = _class_weights(class_weights, self.meta,
+                                        meta_data_path)
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
@@ -148,6 +202,18 @@ class ClassificationTask(base.Task):
     return {name: int(self.split_size(name) or 0) for name in self.eval_paths}
 
   # -- loss and metrics ----------------------------------------------------
+  def loss_weights(self, labels):
+    if self.class_weights is None:
+      return super().loss_weights(labels)
+    return {"loss": tf.gather(tf.constant(self.class_weights),
+                              tf.cast(labels, tf.int32))}             # [B]
+
+  def loss_numerators(self, labels, outputs):
+    losses = self.per_example_loss(labels, outputs)                  # [B]
+    if self.class_weights is None:
+      return {"loss": losses}
+    return {"loss": self.loss_weights(labels)["loss"] * losses}
+
   def per_example_loss(self, labels, outputs):
     if self.is_regression:
       return tf.square(tf.cast(labels, tf.float32) - outputs[:, 0])     # [B]
@@ -179,8 +245,8 @@ class ClassificationTask(base.Task):
           n for n in ("mse",) if n not in self.metric_names)
       result.update(glue_metrics.regression_metrics(names, labels, outputs[:, 0]))
     else:
-      result.update(glue_metrics.classification_metrics(self.metric_names, labels,
-                                                   outputs))
+      result.update(glue_metrics.classification_metrics(
+          self.metric_names, labels, outputs, self.meta.get("label_names")))
     return result
 
   def serving_outputs(self, outputs):

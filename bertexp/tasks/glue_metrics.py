@@ -65,12 +65,48 @@ TASK_METRICS = {
 }
 
 
-def classification_metrics(names, labels, logits):
-  """labels [N] int, logits [N, L] -> {metric: value}."""
+def per_class(labels, predictions, num_labels, label_names=None):
+  """{precision_<label>, recall_<label>, f1_<label>} of every label (0 when
+  a label is never predicted / never present)."""
+  labels, predictions = np.asarray(labels), np.asarray(predictions)
+  names = list(label_names or [str(i) for i in range(num_labels)])
+  result = {}
+  for k, name in enumerate(names):
+    tp = float(np.sum((predictions == k) & (labels == k)))
+    predicted, present = float(np.sum(predictions == k)), float(np.sum(labels == k))
+    result[f"precision_{name}"] = tp / predicted if predicted else 0.0
+    result[f"recall_{name}"] = tp / present if present else 0.0
+    result[f"f1_{name}"] = 2 * tp / (predicted + present) if tp else 0.0
+  return result
+
+
+def macro_f1(labels, predictions, num_labels):
+  """The unweighted mean of every label's F1."""
+  scores = per_class(labels, predictions, num_labels)
+  return float(np.mean([scores[f"f1_{k}"] for k in range(num_labels)]))
+
+
+METRICS = ("accuracy", "f1", "matthews_corrcoef", "macro_f1", "per_class")
+
+
+def classification_metrics(names, labels, logits, label_names=None):
+  """labels [N] int, logits [N, L] -> {metric: value}; "per_class" adds
+  precision_/recall_/f1_<label> of every label."""
   predictions = np.argmax(logits, axis=-1)
+  num_labels = logits.shape[-1]
   funcs = {"accuracy": accuracy, "f1": f1,
-           "matthews_corrcoef": matthews_corrcoef}
-  return {name: funcs[name](labels, predictions) for name in names}
+           "matthews_corrcoef": matthews_corrcoef,
+           "macro_f1": lambda y, p: macro_f1(y, p, num_labels)}
+  result = {}
+  for name in names:
+    if name == "per_class":
+      result.update(per_class(labels, predictions, num_labels, label_names))
+    elif name in funcs:
+      result[name] = funcs[name](labels, predictions)
+    else:
+      raise ValueError(f"unknown classification metric {name!r}; expected "
+                       f"one of {list(METRICS)}")
+  return result
 
 
 def regression_metrics(names, labels, values):

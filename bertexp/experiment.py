@@ -119,6 +119,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                max_consecutive_bad_steps=25, recovery_max_trials=3,
                gradient_accumulation_steps=1, pad_to_multiple_of="auto",
                group_by_length=False, summary_histograms_every=None,
+               early_stopping_patience=None, early_stopping_min_delta=0.0,
                config_text=None):
   """Runs one experiment. `mode` is one of bertexp.modes.MODES
   ("export_only" = "export").
@@ -130,6 +131,10 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   "min") choose what MODEL_DIR/best_checkpoint/ keeps during train_and_eval;
   export or predict it with PREDICT_CHECKPOINT_PATH="<MODEL_DIR>/best_checkpoint"
   (a folder resolves through best_checkpoint.json).
+  early_stopping_patience: evaluations in a row without an improvement of
+  that metric by more than early_stopping_min_delta before training stops
+  (None: never); the run then keeps best_checkpoint/ as its weights (predict
+  and export read it) and a rerun does not train on.
   The pretrained encoder comes from INIT_CHECKPOINT or HUB_MODULE_URL
   (bertexp.build_encoder), never both; with require_pretrained_encoder a
   fresh training run without either is an error. INIT_CHECKPOINT may also be
@@ -213,7 +218,9 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
             group_by_length=group_by_length,
             recovery_max_trials=recovery_max_trials,
             init_checkpoint=init_checkpoint,
-            init_optimizer_state=init_optimizer_state),
+            init_optimizer_state=init_optimizer_state,
+            early_stopping_patience=early_stopping_patience,
+            early_stopping_min_delta=early_stopping_min_delta),
         provenance=provenance_lib.record(
             task, init_checkpoint=init_checkpoint, seed=seed,
             deterministic=deterministic, cpu_threads=cpu_threads,

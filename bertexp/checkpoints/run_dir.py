@@ -22,6 +22,16 @@ from bertexp.util import fileio
 
 ENCODER_PREFIX = "bert_model.ckpt"
 BEST_INFO = "best_checkpoint.json"
+# Early stopping's record in MODEL_DIR (bertexp.train.loop.EarlyStopping).
+EARLY_STOPPING_INFO = "early_stopping.json"
+
+
+def stopped_early_at(model_dir):
+  """The step a run stopped early at (its early_stopping.json), or None."""
+  path = fileio.join(model_dir, EARLY_STOPPING_INFO)
+  if not tf.io.gfile.exists(path):
+    return None
+  return fileio.read_json(path).get("stopped_early_at_step")
 
 
 def best_checkpoint_prefix(folder):
@@ -165,7 +175,8 @@ def restore_model(model, model_dir, checkpoint_path=None):
 
   Args:
     model: the task's built model.
-    model_dir: the run folder (its newest intact ckpt-N is used).
+    model_dir: the run folder (its newest intact ckpt-N is used; its
+      best_checkpoint/ when training stopped early).
     checkpoint_path: PREDICT_CHECKPOINT_PATH, anything `resolve` takes; it
       wins over `model_dir`.
   Returns:
@@ -174,6 +185,10 @@ def restore_model(model, model_dir, checkpoint_path=None):
     FileNotFoundError: nothing to restore (train first).
     CheckpointError: the checkpoint named is damaged.
   """
+  best = fileio.join(model_dir, "best_checkpoint")
+  if not checkpoint_path and stopped_early_at(model_dir) is not None and (
+      best_checkpoint_prefix(best)):
+    checkpoint_path = best        # what early stopping kept
   try:
     path = resolve(checkpoint_path or model_dir)
   except FileNotFoundError:

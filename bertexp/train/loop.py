@@ -67,6 +67,61 @@ class BestCheckpoint:
     return True
 
 
+class StopEarly(Exception):
+  """Raised by an evaluation that ran out of patience."""
+
+
+class EarlyStopping:
+  """Patience on the best-checkpoint metric: after `patience` evaluations
+  without an improvement of more than `min_delta` over the best value so
+  far, training stops. Its record, MODEL_DIR/early_stopping.json, survives
+  resumption (an evaluation replayed after a restart is not counted
+  twice) and tells a rerun and --mode=predict/export that the run is over
+  and that best_checkpoint/ holds its weights."""
+
+  def __init__(self, model_dir, metric, mode, patience, min_delta):
+    if patience < 1 or min_delta < 0:
+      raise ValueError(f"early_stopping_patience {patience} must be >= 1 and "
+                       f"early_stopping_min_delta {min_delta} >= 0")
+    self.metric, self.mode = metric, mode
+    self.patience, self.min_delta = patience, min_delta
+    self.path = fileio.join(model_dir, run_dir.EARLY_STOPPING_INFO)
+    self.record = (fileio.read_json(self.path) if tf.io.gfile.exists(self.path)
+                   else {"metric": metric, "best": None, "best_step": None,
+                         "evaluations_without_improvement": 0,
+                         "last_step": -1, "stopped_early_at_step": None})
+
+  def _improves(self, value):
+    best = self.record["best"]
+    if best is None:
+      return True
+    gain = value - best if self.mode == "max" else best - value
+    return gain > self.min_delta
+
+  def update(self, step, metrics):
+    """Counts one evaluation; raises StopEarly when patience ran out."""
+    record = self.record
+    if step <= record["last_step"]:
+      return                       # replayed after a resume: counted already
+    value = float(metrics[self.metric])
+    if self._improves(value):
+      record.update(best=value, best_step=step,
+                    evaluations_without_improvement=0)
+    else:
+      record["evaluations_without_improvement"] += 1
+    record["last_step"] = step
+    stop = record["evaluations_without_improvement"] >= self.patience
+    if stop:
+      record["stopped_early_at_step"] = step
+    fileio.write_json(self.path, record)
+    if stop:
+      raise StopEarly(
+          f"stopped early at step {step}: {self.metric} did not improve by "
+          f"more than {self.min_delta} in {self.patience} evaluation(s); best "
+          f"{record['best']:.4g} at step {record['best_step']} "
+          "(best_checkpoint/, what predict and export use)")
+
+
 # What TensorFlow raises in a multi-worker run when a peer is gone or hangs.
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                 tf.errors.AbortedError)
@@ -196,9 +251,9 @@ def _ends_cleanly(strategy, manager, optimizer, signals):
 
 
 def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
-                best):
-  """The orbit Controller: summaries, checkpoints, best checkpoint; `last`
-  receives each train loop's and evaluation's results."""
+                best, early_stopping=None):
+  """The orbit Controller: summaries, checkpoints, best checkpoint, early
+  stopping; `last` receives each train loop's and evaluation's results."""
   written = []
 
   def on_train_loop(output):
@@ -217,6 +272,8 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
     logging.info("eval at step %d/%d: %s", step, trainer.total_steps,
                  "  ".join(f"{k} {float(v):.4g}" for k, v in output.items()))
     best.update(step, output)
+    if early_stopping:
+      early_stopping.update(step, output)
 
   evaluating = mode == "train_and_eval"
   return orbit.Controller(
@@ -249,6 +306,9 @@ class LoopSettings:
       skipped steps, before the run gives up.
     init_checkpoint: INIT_CHECKPOINT (anything run_dir.resolve takes), or None.
     init_optimizer_state: also take INIT_CHECKPOINT's optimizer moments.
+    early_stopping_patience: evaluations without improvement of best_metric
+      (by more than early_stopping_min_delta) before training stops; None:
+      never stop early.
   """
   steps_per_loop: int
   checkpoint_interval_steps: Optional[int] = None
@@ -261,6 +321,8 @@ class LoopSettings:
   recovery_max_trials: int = 3
   init_checkpoint: Optional[str] = None
   init_optimizer_state: bool = False
+  early_stopping_patience: Optional[int] = None
+  early_stopping_min_delta: float = 0.0
 
 
 def train(mode, *, model_dir, task, model, strategy, precision, schedule,
@@ -290,10 +352,16 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
   loop = loop_settings
   start_time = time.time()
   logging.info("schedule: %s", schedule)
+  if loop.early_stopping_patience and mode != "train_and_eval":
+    raise ValueError("early_stopping_patience needs evaluations: "
+                     "--mode=train_and_eval (or train_eval_predict)")
   task.check_training_data()
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
   resume_from = verified.prepare_model_dir(model_dir)
+  if run_dir.stopped_early_at(model_dir) is not None:
+    return _already_finished(model_dir, run_dir.stopped_early_at(model_dir),
+                             early=True)
   manager = _checkpoint_manager(
       model, optimizer, state, model_dir, loop.max_checkpoints,
       loop.checkpoint_interval_steps or schedule.steps_per_epoch)
@@ -312,13 +380,18 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
                                       step_settings.global_batch_size,
                                       loop.group_by_length))
   last = {"train": {}, "eval": {}}
+  metric = loop.best_metric or task.selection_metric()
   best = BestCheckpoint(model, fileio.join(model_dir, "best_checkpoint"),
-                        loop.best_metric or task.selection_metric(),
-                        loop.best_mode)
+                        metric, loop.best_mode)
+  early = (EarlyStopping(model_dir, metric, loop.best_mode,
+                         loop.early_stopping_patience,
+                         loop.early_stopping_min_delta)
+           if loop.early_stopping_patience else None)
   with console.without_orbit_echo():       # its "restoring or initializing"
     controller = _controller(mode, trainer=trainer, manager=manager,
                              last=last, model_dir=model_dir,
-                             steps_per_loop=loop.steps_per_loop, best=best)
+                             steps_per_loop=loop.steps_per_loop, best=best,
+                             early_stopping=early)
   resumed_step = int(optimizer.iterations.numpy())
   with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
     with _ends_cleanly(strategy, manager, optimizer, signals):
@@ -326,11 +399,15 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
           loop.eval_before_training and mode == "train_and_eval" and
           resumed_step == 0) else {})
       train_start = time.time()
-      with console.without_orbit_echo():
-        _run_loops(_loops(mode, controller, schedule, loop.eval_steps),
-                   model=model, optimizer=optimizer, state=state,
-                   model_dir=model_dir,
-                   recovery_max_trials=loop.recovery_max_trials)
+      try:
+        with console.without_orbit_echo():
+          _run_loops(_loops(mode, controller, schedule, loop.eval_steps),
+                     model=model, optimizer=optimizer, state=state,
+                     model_dir=model_dir,
+                     recovery_max_trials=loop.recovery_max_trials)
+      except StopEarly as stop:
+        logging.info("%s", stop)
+        print(f"bertexp: {stop}", flush=True)
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   task.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
@@ -347,7 +424,10 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
       examples_per_second=(steps_run * batch / (time.time() - train_start)
                            if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,
-      selection_metric=task.selection_metric(), provenance=provenance))
+      selection_metric=task.selection_metric(),
+      **({"stopped_early_at_step": early.record["stopped_early_at_step"],
+          "early_stopping": early.record} if early else {}),
+      provenance=provenance))
 
 
 def _record_config(model_dir, config_text, step):
@@ -408,14 +488,18 @@ def checkpoint_step(prefix):
   return int(tf.train.load_variable(prefix, steps[0])) if steps else 0
 
 
-def _already_finished(model_dir, step):
+def _already_finished(model_dir, step, early=False):
   """A finished MODEL_DIR: says so and returns its Training Summary as it is."""
   summary_path = fileio.join(model_dir, "training_summary.json")
   summary = (fileio.read_json(summary_path)
              if tf.io.gfile.exists(summary_path) else {})
-  print(f"bertexp: {model_dir} has finished training (its checkpoint is at "
-        f"step {step}, the last one); nothing was changed. To train further, "
-        "raise TRAIN_STEPS or NUM_TRAIN_EPOCHS; to start over, use another "
+  how = ("it stopped early at step " if early else
+         "its checkpoint is at step ") + f"{step}" + (
+             f" ({run_dir.EARLY_STOPPING_INFO})" if early else ", the last one")
+  further = ("remove that file" if early else
+             "raise TRAIN_STEPS or NUM_TRAIN_EPOCHS")
+  print(f"bertexp: {model_dir} has finished training ({how}); nothing was "
+        f"changed. To train further, {further}; to start over, use another "
         "MODEL_DIR.", flush=True)
   return dict(summary, already_finished=True)
 

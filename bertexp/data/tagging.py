@@ -28,6 +28,7 @@ from bertexp.data import records
 from bertexp.data import tag_schemes
 from bertexp.data import tagging_formats
 from bertexp.data import tokenization
+from bertexp.data import windows
 from bertexp.util import fileio
 
 IGNORED = -1
@@ -36,29 +37,6 @@ IGNORED = -1
 def sentences_path(record_path):
   """The sentences kept beside a split's records."""
   return record_path + ".sentences.jsonl"
-
-
-def window_starts(num_pieces, width, stride):
-  """Start of each window of `width` pieces, `stride` apart, the last one
-  reaching the end (one window when the sentence fits)."""
-  starts = [0]
-  while starts[-1] + width < num_pieces:
-    starts.append(starts[-1] + stride)
-  return starts
-
-
-def owning_window(position, starts, width, num_pieces):
-  """Index of the window where piece `position` has the most context (the
-  smaller of its left and right distances to the window's ends); ties go to
-  the earlier window."""
-  best, best_score = 0, -1
-  for k, start in enumerate(starts):
-    end = min(start + width, num_pieces)
-    if start <= position < end:
-      score = min(position - start, end - 1 - position)
-      if score > best_score:
-        best, best_score = k, score
-  return best
 
 
 class SentenceEncoder:
@@ -112,18 +90,18 @@ class SentenceEncoder:
       first = every = [IGNORED] * len(ids)
     else:
       first, every = self._piece_labels(words, tags)
-    starts = window_starts(len(ids), self.width, self.stride)
+    starts = windows.window_starts(len(ids), self.width, self.stride)
     self.windows_split += len(starts) > 1
-    owner = {w: owning_window(p, starts, self.width, len(ids))
+    owner = {w: windows.owning_window(p, starts, self.width, len(ids))
              for w, p in enumerate(firsts)}
-    windows = []
+    encoded = []
     for k, start in enumerate(starts):
       end = min(start + self.width, len(ids))
       pad = self.seq - (end - start) - 2
       word_index = [word_of[p] + 1 if (p == firsts[word_of[p]] and
                                        owner[word_of[p]] == k) else 0
                     for p in range(start, end)]
-      windows.append({
+      encoded.append({
           "input_word_ids": [self.tokenizer.cls_id, *ids[start:end],
                              self.tokenizer.sep_id] + [self.tokenizer.pad_id] * pad,
           "input_mask": [1] * (end - start + 2) + [0] * pad,
@@ -131,13 +109,13 @@ class SentenceEncoder:
           "piece_label_ids": [IGNORED, *every[start:end]] + [IGNORED] * (pad + 1),
           "word_index": [0, *word_index] + [0] * (pad + 1),
           "sentence_id": sentence_id})
-    return windows
+    return encoded
 
 
-def _features(windows, seq):
-  arrays = {name: np.array([w[name] for w in windows], np.int64)
-            for name in windows[0]}
-  arrays["input_type_ids"] = np.zeros([len(windows), seq], np.int64)
+def _features(encoded, seq):
+  arrays = {name: np.array([w[name] for w in encoded], np.int64)
+            for name in encoded[0]}
+  arrays["input_type_ids"] = np.zeros([len(encoded), seq], np.int64)
   return arrays
 
 

@@ -94,6 +94,9 @@ class ClassificationTask(base.Task):
     metric_names: eval metrics; the first selects the best checkpoint.
       Classification: accuracy, f1 (of label 1), matthews_corrcoef,
       macro_f1, per_class (precision_/recall_/f1_<label> of every label).
+    window_pooling: data prepared with --doc_stride (long documents in
+      windows): "mean" or "max" of a document's window logits (regression:
+      values) is its output; eval and predict score documents, each once.
   """
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
@@ -101,7 +104,7 @@ class ClassificationTask(base.Task):
                eval_data_path=None, extra_eval_data_paths=None,
                test_data_path=None, extra_test_data_paths=None,
                dropout_rate=None, metric_names=None, class_weights=None,
-               seed=None, shuffle_buffer_size=10000):
+               window_pooling="mean", seed=None, shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
     self.meta = _read_meta(meta_data_path)
     self.meta_data_path = meta_data_path
@@ -128,6 +131,13 @@ class ClassificationTask(base.Task):
                        "not per_class (it selects the best checkpoint)")
     self.class_weights = _class_weights(class_weights, self.meta,
                                         meta_data_path)
+    if window_pooling not in ("mean", "max"):
+      raise ValueError(f"window_pooling {window_pooling!r}: expected 'mean' "
+                       "or 'max'")
+    self.window_pooling = window_pooling
+    # Long documents in windows (prepare --doc_stride): records carry the
+    # document each window belongs to.
+    self.int_features = ("document_id",) if self.meta.get("doc_stride") else ()
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
@@ -175,7 +185,8 @@ class ClassificationTask(base.Task):
         is_training=split == "train", input_context=input_context,
         train_order=self.default_train_order(train_order),
         shuffle_buffer=self.shuffle_buffer_size,
-        num_examples=None if split == "train" else self.split_size(split))
+        num_examples=None if split == "train" else self.split_size(split),
+        int_features=self.int_features)
 
   def num_train_examples(self):
     return int(self.meta.get("train_data_size", 0))
@@ -185,7 +196,8 @@ class ClassificationTask(base.Task):
       return
     pipeline.check_training_files(
         self.train_data_path, pipeline.record_decoder(
-            self.meta["max_seq_length"], self.meta["label_type"]),
+            self.meta["max_seq_length"], self.meta["label_type"],
+            int_features=self.int_features),
         config=modeling.BertConfig.from_json_file(self.bert_config_file),
         label_ranges=None if self.is_regression else {
             "label": (0, self.num_labels)}, source=self.meta_data_path)
@@ -222,16 +234,42 @@ class ClassificationTask(base.Task):
       metric.update_state(labels, outputs)
 
   def eval_outputs(self, features, labels, outputs):
-    return {"labels": labels, "outputs": outputs,
-            "weights": features["example_weight"],
-            "example_id": features["example_id"],
-            "loss": self.per_example_loss(labels, outputs)}
+    result = {"labels": labels, "outputs": outputs,
+              "weights": features["example_weight"],
+              "example_id": features["example_id"],
+              "loss": self.per_example_loss(labels, outputs)}
+    for name in self.int_features:
+      result[name] = features[name]
+    return result
+
+  def documents(self, gathered):
+    """(labels, outputs, example ids) per example of the gathered rows, real
+    rows only; with windows (--doc_stride) per document: its windows'
+    outputs pooled by `window_pooling`, in file order."""
+    real = gathered["weights"] > 0
+    labels, outputs = gathered["labels"][real], gathered["outputs"][real]
+    ids = gathered["example_id"][real]
+    if not self.int_features:
+      return labels, outputs, ids
+    document = gathered["document_id"][real].astype(np.int64)
+    order, first, inverse = np.unique(document, return_index=True,
+                                      return_inverse=True)
+    pooled = np.full((len(order),) + outputs.shape[1:],
+                     -np.inf if self.window_pooling == "max" else 0.0)
+    if self.window_pooling == "max":
+      np.maximum.at(pooled, inverse, outputs)
+    else:
+      np.add.at(pooled, inverse, outputs)
+      pooled /= np.bincount(inverse)[:, None]
+    return labels[first], pooled.astype(np.float32), ids[first]
 
   def finalize_eval(self, gathered):
     real = gathered["weights"] > 0
-    labels, outputs = gathered["labels"][real], gathered["outputs"][real]
+    labels, outputs, _ = self.documents(gathered)
     result = {"loss": float(np.mean(gathered["loss"][real])),
-              "num_examples": int(real.sum())}
+              "num_examples": int(len(labels))}
+    if self.int_features:
+      result["num_windows"] = int(real.sum())
     if self.is_regression:
       names = self.metric_names + tuple(
           n for n in ("mse",) if n not in self.metric_names)
@@ -286,10 +324,10 @@ class ClassificationTask(base.Task):
     return [names[int(i)] for i in numbers]
 
   def write_predictions(self, gathered, output_dir, split="test"):
-    """test_results.tsv (probabilities or values) + the GLUE submission file."""
-    real = gathered["weights"] > 0
-    outputs = gathered["outputs"][real]
-    ids = self._example_ids(split, gathered["example_id"][real])
+    """test_results.tsv (probabilities or values) + the GLUE submission
+    file, one row per example (per document with --doc_stride windows)."""
+    _, outputs, numbers = self.documents(gathered)
+    ids = self._example_ids(split, numbers)
     suffix = "" if split == "test" else f"_{split}"
     label_names = self.meta.get("label_names") or []
     if self.is_regression:

@@ -1,0 +1,29 @@
+"""Overlapping windows over a long sequence of word pieces, and which window
+scores each position (SQuAD's max-context rule). Shared by `prepare
+tagging` (long sentences) and `prepare classification --doc_stride` (long
+documents)."""
+from typing import List
+
+
+def window_starts(length: int, width: int, stride: int) -> List[int]:
+  """Start of each window of `width` pieces, `stride` apart, the last one
+  reaching the end of `length` pieces (one window when they fit)."""
+  starts = [0]
+  while starts[-1] + width < length:
+    starts.append(starts[-1] + stride)
+  return starts
+
+
+def owning_window(position: int, starts: List[int], width: int,
+                  length: int) -> int:
+  """Index of the window where piece `position` has the most context (the
+  smaller of its distances to the window's ends); ties go to the earlier
+  window."""
+  best, best_score = 0, -1
+  for k, start in enumerate(starts):
+    end = min(start + width, length)
+    if start <= position < end:
+      score = min(position - start, end - 1 - position)
+      if score > best_score:
+        best, best_score = k, score
+  return best

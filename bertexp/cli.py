@@ -96,7 +96,8 @@ def cmd_prepare(args):
         label_column=args.label_column,
         labels=args.labels.split(",") if args.labels else None,
         regression=args.regression, id_column=args.id_column,
-        doc_stride=args.doc_stride, **common)
+        doc_stride=args.doc_stride, folds=args.folds,
+        fold_seed=args.fold_seed, **common)
   skipped = meta.get("skipped_malformed_rows")
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
         f"truncated {meta['truncated_examples']}" +
@@ -277,6 +278,9 @@ def _training_commands(sub, add):
   sw.add_argument("--seeds", type=int, default=1, help="seeds per configuration")
   sw.add_argument("--first_seed", type=int, default=1,
                   help="seeds are first_seed, first_seed + 1, ...")
+  sw.add_argument("--folds", type=int,
+                  help="k-fold cross-validation: one trial per fold of data "
+                  "prepared with `prepare classification --folds` (FOLD)")
   sw.add_argument("--output_dir", required=True)
   sw.add_argument("--parallel", type=int, default=1,
                   help="trial processes at once (CPU threads are split)")
@@ -308,6 +312,11 @@ def _prepare_commands(sub, add):
                    help="omit for unlabelled text (a distillation teacher "
                    "labels it; --labels names the teacher's labels)")
   cls.add_argument("--id_column")
+  cls.add_argument("--folds", type=int,
+                   help="also k-fold splits of the training file (stratified "
+                   "by label) for `bertexp sweep --folds`")
+  cls.add_argument("--fold_seed", type=int, default=12345,
+                   help="the seed of the fold assignment")
   cls.add_argument("--doc_stride", type=int,
                    help="long texts become windows this many pieces apart "
                    "(single texts); eval and predict pool each document's "

@@ -14,6 +14,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from bertexp.data import folds as folds_lib
 from bertexp.data import readers
 from bertexp.data import records
 from bertexp.data import tokenization
@@ -132,9 +133,25 @@ def write_split(rows, tokenizer, max_seq_length, label_values, path,
 UNLABELLED = -1
 
 
+def _fold_splits(splits, strata, folds, seed):
+  """(split name, Rows, True) of each fold's training and held-out rows,
+  and the meta data's record of the assignment (stratified by `strata`,
+  the training label ids, or None)."""
+  train = splits[0][1]
+  assignment = folds_lib.assign(strata, len(train), folds, seed)
+  extra = []
+  for k in range(folds):
+    held = [i for i, f in enumerate(assignment) if f == k]
+    rest = [i for i, f in enumerate(assignment) if f != k]
+    extra += [(f"fold{k}_train", folds_lib.subset(train, rest), True),
+              (f"fold{k}_eval", folds_lib.subset(train, held), True)]
+  return extra, {"count": folds, "seed": seed, "assignment": assignment}
+
+
 def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
             label_names, regression, do_lower_case=True,
-            max_position_embeddings=None, unlabelled=False, doc_stride=None):
+            max_position_embeddings=None, unlabelled=False, doc_stride=None,
+            folds=None, fold_seed=12345):
   """Writes `{task}_{split}.tf_record` per split and `{task}_meta_data`.
 
   splits: list of (split name, Rows, has_labels); split "train" comes first.
@@ -143,6 +160,11 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   doc_stride: a text longer than max_seq_length - 2 pieces becomes windows
   that many pieces apart, each a record with the text's label, example_id
   and `document_id` (its row); the task pools a document's windows.
+  folds: k-fold cross-validation: the training rows are assigned to `folds`
+  folds (seeded by fold_seed, stratified by label for classification) and
+  each fold k also gets `{task}_fold{k}_train` (the other folds) and
+  `{task}_fold{k}_eval` (its own rows, example_id = the training row)
+  records; the assignment is in the meta data's "folds".
   All records are written to temporary names, the meta data last: a failure
   anywhere leaves no file under a final name from this run.
   """
@@ -164,6 +186,15 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   if unlabelled:
     labels = {name: np.full(len(rows), UNLABELLED, np.int64)
               for name, rows, _ in splits}
+  fold_record = None
+  if folds:
+    if unlabelled or splits[0][0] != "train":
+      raise ValueError("--folds needs a labelled training file")
+    fold_split_list, fold_record = _fold_splits(
+        splits, None if regression else labels["train"].tolist(), folds,
+        fold_seed)
+    labels.update({name: encode_labels(rows, label_names, regression)
+                   for name, rows, _ in fold_split_list})
   skipped = {name: len(rows.skipped) for name, rows, _ in splits
              if rows.skipped}
   for name, rows, _ in splits:
@@ -175,7 +206,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   sizes, truncated = {}, {}
   written = []
   try:
-    for name, rows, _ in splits:
+    for name, rows, _ in splits + (fold_split_list if folds else []):
       path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
       written.append(path)       # removed (with its ids file) on a failure
       sizes[name], truncated[name] = write_split(
@@ -199,6 +230,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
+    if fold_record:
+      meta["folds"] = fold_record
     if doc_stride:
       meta.update(doc_stride=doc_stride, document_counts={
           name: len(rows) for name, rows, _ in splits})
@@ -254,11 +287,11 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                            regression=False, vocab_file, output_dir,
                            max_seq_length=128, do_lower_case=True,
                            id_column=None, max_position_embeddings=None,
-                           doc_stride=None):
+                           doc_stride=None, folds=None, fold_seed=12345):
   """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data.
 
   With `doc_stride`, texts longer than max_seq_length become overlapping
-  windows (see `prepare`).
+  windows; with `folds`, k-fold splits of the training file (see `prepare`).
 
   Without `label_column`, `train_file` is unlabelled text (for a
   distillation teacher to label): one split, label ids UNLABELLED, the
@@ -294,4 +327,4 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                  label_names=tuple(labels or ()), regression=regression,
                  do_lower_case=do_lower_case,
                  max_position_embeddings=max_position_embeddings,
-                 doc_stride=doc_stride)
+                 doc_stride=doc_stride, folds=folds, fold_seed=fold_seed)

@@ -3,12 +3,15 @@
 results.csv   one row per trial: status, bindings, the selection metric,
               every eval metric, steps, warmup, speed, error
 results.md    the same per trial, then per configuration mean ± std (sample
-              std over seeds), max and count, and the configuration selected
-              by its mean dev metric — labelled as dev selection
+              std over seeds, and folds with --folds), max and count, and the
+              configuration selected by its mean dev metric — labelled as dev
+              selection (with folds: each fold's held-out rows)
+out_of_fold/  with --folds: every training row's held-out prediction
 results.png   the metric against the learning rate, one line per batch size
               and epochs (mean over seeds, seeds as dots)
 """
 import csv
+import glob
 import io
 import logging
 import os
@@ -48,10 +51,12 @@ def _metric_name(rows):
 
 
 def by_configuration(rows):
-  """[(bindings without SEED, [metric of each finished seed])], grid order."""
+  """[(bindings without SEED and FOLD, [metric of each finished trial])],
+  grid order: with --folds the values are the folds' (x seeds)."""
   groups = {}
   for row in rows:
-    config = {k: v for k, v in row["bindings"].items() if k != "SEED"}
+    config = {k: v for k, v in row["bindings"].items()
+              if k not in ("SEED", "FOLD")}
     key = tuple(sorted(config.items()))
     groups.setdefault(key, (config, []))
     if row["metric"] is not None:
@@ -108,8 +113,11 @@ def write_markdown(rows, path):
     status = r["status"] if r["status"] != "failed" else f"failed: {r['error'][:80]}"
     lines.append(f"| {r['trial']} | {status} | {_fmt(r['metric'])} | "
                  f"{_fmt(r.get('total_training_steps'))} | {_fmt(r.get('warmup_steps'))} |")
-  lines += ["", "## Per configuration (over seeds)", "",
-            f"| configuration | mean {name} ± std | max | seeds |", "|---|---|---|---|"]
+  repeats = "folds and seeds" if any(
+      "FOLD" in r["bindings"] for r in rows) else "seeds"
+  lines += ["", f"## Per configuration (over {repeats})", "",
+            f"| configuration | mean {name} ± std | max | trials |",
+            "|---|---|---|---|"]
   best = None
   for config, values in by_configuration(rows):
     stats = _summary(values)
@@ -126,7 +134,7 @@ def write_markdown(rows, path):
         f"**Selected configuration (dev selection: chosen on the same eval "
         f"split it is scored on, so its score is optimistic):** "
         f"{_config_text(best[0])} — mean {name} {best[1]['mean']:.4f} ± "
-        f"{best[1]['std']:.4f} over {best[1]['n']} seeds.")
+        f"{best[1]['std']:.4f} over {best[1]['n']} trials ({repeats}).")
   counts = {s: sum(r["status"] == s for r in rows)
             for s in ("done", "failed", "interrupted", "not run")}
   lines += ["", "Trials: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)]
@@ -177,9 +185,47 @@ def plot(rows, path):
   return True
 
 
+def write_out_of_fold(output_dir, rows):
+  """With folds: out_of_fold/<configuration>_seed<k>.tsv, the held-out
+  predictions of every fold put together, one row per training row (its
+  row number, predicted label or value, probabilities); only configurations
+  whose folds all finished. Returns the paths written."""
+  groups = {}
+  for row in rows:
+    if "FOLD" not in row["bindings"]:
+      continue
+    key = tuple(sorted((k, v) for k, v in row["bindings"].items()
+                       if k != "FOLD"))
+    groups.setdefault(key, []).append(row)
+  written = []
+  for key, trials in groups.items():
+    if any(t["status"] != "done" for t in trials):
+      continue
+    lines = {}
+    for trial in trials:
+      folder = os.path.join(output_dir, trial["trial"])
+      submission = glob.glob(os.path.join(folder, "submission", "*_oof.tsv"))
+      results = os.path.join(folder, "test_results_oof.tsv")
+      ids = fileio.read_text(submission[0]).splitlines()[1:]
+      values = fileio.read_text(results).splitlines()
+      for line, value in zip(ids, values):
+        index, prediction = line.split("\t")
+        if int(index) in lines:
+          raise ValueError(f"{folder}: training row {index} is in two folds")
+        lines[int(index)] = f"{index}\t{prediction}\t{value}"
+    name = "_".join(f"{k.lower()}{v}" for k, v in key)
+    path = os.path.join(output_dir, "out_of_fold", f"{name}.tsv")
+    fileio.write_text(path, "row\tprediction\toutputs\n" + "".join(
+        lines[i] + "\n" for i in sorted(lines)))
+    written.append(path)
+  return written
+
+
 def write(output_dir):
-  """results.csv, results.md and results.png of a sweep folder."""
+  """results.csv, results.md and results.png of a sweep folder (and, with
+  folds, its out-of-fold predictions)."""
   rows = collect(output_dir)
+  write_out_of_fold(output_dir, rows)
   write_csv(rows, os.path.join(output_dir, "results.csv"))
   best = write_markdown(rows, os.path.join(output_dir, "results.md"))
   plotted = plot(rows, os.path.join(output_dir, "results.png"))

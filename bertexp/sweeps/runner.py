@@ -6,6 +6,8 @@ trial.gin run in its own process; resumable; results table and plot.
     OUTPUT_DIR/<trial>/trial_result.json   status (done / failed + error)
     OUTPUT_DIR/<trial>/log.txt       the trial process's output
     OUTPUT_DIR/results.{csv,md,png}  see bertexp.sweeps.results
+    OUTPUT_DIR/out_of_fold/          with --folds: each configuration and
+                                     seed's predictions for every training row
 """
 import concurrent.futures
 import dataclasses
@@ -22,7 +24,9 @@ from bertexp.sweeps import grids
 from bertexp.util import fileio
 
 _ABBREVIATIONS = {"TRAIN_BATCH_SIZE": "bs", "LEARNING_RATE": "lr",
-                  "NUM_TRAIN_EPOCHS": "ep", "SEED": "seed"}
+                  "NUM_TRAIN_EPOCHS": "ep", "FOLD": "fold", "SEED": "seed"}
+# Bindings that repeat a configuration rather than define one.
+REPEATS = ("SEED", "FOLD")
 
 
 @dataclasses.dataclass
@@ -33,8 +37,8 @@ class Trial:
 
   @property
   def config(self):
-    """The bindings without the seed: trials of one configuration."""
-    return {k: v for k, v in self.bindings.items() if k != "SEED"}
+    """The bindings without seed and fold: trials of one configuration."""
+    return {k: v for k, v in self.bindings.items() if k not in REPEATS}
 
 
 def _value_text(value):
@@ -42,23 +46,28 @@ def _value_text(value):
 
 
 def trial_name(bindings):
-  """e.g. bs32_lr3e-05_ep3_seed1: known macros first, others sorted, seed last."""
-  known = [k for k in _ABBREVIATIONS if k in bindings and k != "SEED"]
-  order = known + sorted(set(bindings) - set(_ABBREVIATIONS)) + (
-      ["SEED"] if "SEED" in bindings else [])
+  """e.g. bs32_lr3e-05_ep3_seed1: known macros first, others sorted, fold and
+  seed last."""
+  known = [k for k in _ABBREVIATIONS if k in bindings and k not in REPEATS]
+  order = known + sorted(set(bindings) - set(_ABBREVIATIONS)) + [
+      k for k in ("FOLD", "SEED") if k in bindings]
   parts = [f"{_ABBREVIATIONS.get(k, k.lower())}{_value_text(bindings[k])}"
            for k in order]
   name = "_".join(parts)
   return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
 
 
-def expand(grid, seeds, first_seed=1):
-  """grid x seeds -> trials, seed fastest; names are unique and stable."""
+def expand(grid, seeds, first_seed=1, folds=None):
+  """grid x folds x seeds -> trials, seed fastest; names are unique and
+  stable. folds: k-fold cross-validation, FOLD = 0 .. folds - 1."""
   trials = []
   for bindings in grid:
-    for seed in range(first_seed, first_seed + seeds):
-      full = dict(bindings, SEED=seed)
-      trials.append(Trial(trial_name(full), full))
+    for fold in range(folds) if folds else [None]:
+      for seed in range(first_seed, first_seed + seeds):
+        full = dict(bindings, SEED=seed)
+        if fold is not None:
+          full = dict(bindings, FOLD=fold, SEED=seed)
+        trials.append(Trial(trial_name(full), full))
   names = [t.name for t in trials]
   if len(set(names)) != len(names):
     raise ValueError("two trials share a folder name; make grid values "
@@ -114,9 +123,11 @@ class _Runner:
 
   def run(self, trial, folder):
     log_path = os.path.join(folder, "log.txt")
+    # A fold's trial also predicts its held-out rows (out-of-fold).
+    mode = "train_eval_predict" if "FOLD" in trial.bindings else "train_and_eval"
     command = [sys.executable, "-m", "bertexp.cli", "train",
                f"--gin_file={os.path.join(folder, 'trial.gin')}",
-               "--mode=train_and_eval"]
+               f"--mode={mode}"]
     with open(log_path, "a") as log:
       process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
       with self.lock:
@@ -149,6 +160,7 @@ def _raise_interrupt(signum, frame):
 def _definition(args, trials):
   return {"gin_files": args.gin_file, "gin_params": args.gin_param,
           "grid": args.grid, "seeds": args.seeds, "first_seed": args.first_seed,
+          "folds": args.folds,
           "trials": [{"name": t.name, "bindings": t.bindings} for t in trials]}
 
 
@@ -182,7 +194,8 @@ def plan(trials, gin_files, gin_params, output_dir):
 
 def run_sweep(args):
   """`bertexp sweep`: plans (--dry_run) or runs the trials; returns their results."""
-  trials = expand(grids.load_grid(args.grid), args.seeds, args.first_seed)
+  trials = expand(grids.load_grid(args.grid), args.seeds, args.first_seed,
+                  getattr(args, "folds", None))
   if args.dry_run:
     print(f"{len(trials)} trials ({args.grid} x {args.seeds} seeds):")
     for row in plan(trials, args.gin_file, args.gin_param, args.output_dir):

@@ -1,5 +1,6 @@
 """Sentence(-pair) classification and regression (GLUE and custom TSV data)."""
 import logging
+import os
 
 import gin
 import numpy as np
@@ -97,6 +98,10 @@ class ClassificationTask(base.Task):
     window_pooling: data prepared with --doc_stride (long documents in
       windows): "mean" or "max" of a document's window logits (regression:
       values) is its output; eval and predict score documents, each once.
+    fold: k-fold cross-validation (data prepared with --folds): train on
+      the other folds' rows, evaluate on fold `fold`'s, and predict them as
+      split "oof" (out-of-fold: test_results_oof.tsv, ids = training rows);
+      the bound data paths are not used. None: the usual splits.
   """
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
@@ -104,7 +109,8 @@ class ClassificationTask(base.Task):
                eval_data_path=None, extra_eval_data_paths=None,
                test_data_path=None, extra_test_data_paths=None,
                dropout_rate=None, metric_names=None, class_weights=None,
-               window_pooling="mean", seed=None, shuffle_buffer_size=10000):
+               window_pooling="mean", fold=None, seed=None,
+               shuffle_buffer_size=10000):
     self.bert_config_file = bert_config_file
     self.meta = _read_meta(meta_data_path)
     self.meta_data_path = meta_data_path
@@ -138,6 +144,27 @@ class ClassificationTask(base.Task):
     # Long documents in windows (prepare --doc_stride): records carry the
     # document each window belongs to.
     self.int_features = ("document_id",) if self.meta.get("doc_stride") else ()
+    self.split_names = {}          # split -> its entry in split_sizes
+    if fold is not None:
+      self._use_fold(fold)
+
+  def _use_fold(self, fold):
+    """Points train / eval / "oof" at fold `fold`'s records."""
+    count = (self.meta.get("folds") or {}).get("count")
+    if not count:
+      raise ValueError(f"{self.meta_data_path}: fold={fold} but the data has "
+                       "no folds (bertexp prepare classification --folds=K)")
+    if not isinstance(fold, int) or not 0 <= fold < count:
+      raise ValueError(f"fold {fold!r}: expected 0 to {count - 1} "
+                       f"({self.meta_data_path} has {count} folds)")
+    folder = os.path.dirname(self.meta_data_path)
+    path = lambda part: os.path.join(
+        folder, f"{self.meta['task']}_fold{fold}_{part}.tf_record")
+    self.train_data_path = path("train")
+    self.eval_paths = {"eval": path("eval")}
+    self.test_paths = {"oof": path("eval")}
+    self.split_names = {"train": f"fold{fold}_train",
+                        "eval": f"fold{fold}_eval", "oof": f"fold{fold}_eval"}
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
@@ -165,6 +192,7 @@ class ClassificationTask(base.Task):
 
   def split_size(self, split):
     sizes = self.meta.get("split_sizes", {})
+    split = self.split_names.get(split, split)
     if split in sizes:
       return sizes[split]
     return self.meta.get(f"{split}_data_size")
@@ -189,7 +217,7 @@ class ClassificationTask(base.Task):
         int_features=self.int_features)
 
   def num_train_examples(self):
-    return int(self.meta.get("train_data_size", 0))
+    return int(self.split_size("train") or self.meta.get("train_data_size", 0))
 
   def check_training_data(self):
     if not self.train_data_path:

@@ -144,7 +144,11 @@ def long_runs(tmp_path_factory):
   converters.write_checkpoint_folder(bertexp.load_encoder(config),
                                      f"{root}/vocab.txt", f"{root}/init")
   runs = {}
-  for name, data in (("windows", "data7"), ("truncated", "dataNone")):
+  for name, data, steps, strategy in (
+      ("windows", "data7", 250, "default"),
+      ("truncated", "dataNone", 250, "default"),
+      ("short", "data7", mf.TRAIN_STEPS, "default"),
+      ("short_2", "data7", mf.TRAIN_STEPS, "mirrored_2")):
     runs[name] = f"{root}/{name}"
     params = dict(BERT_CONFIG_FILE=config,
                   INIT_CHECKPOINT=f"{root}/init/bert_model.ckpt",
@@ -153,12 +157,15 @@ def long_runs(tmp_path_factory):
                   TEST_DATA_PATH=f"{root}/{data}/long_test.tf_record",
                   INPUT_META_DATA_PATH=f"{root}/{data}/long_meta_data",
                   MODEL_DIR=runs[name], TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16,
-                  TRAIN_STEPS=250, STEPS_PER_LOOP=250, LEARNING_RATE=3e-3,
+                  TRAIN_STEPS=steps, STEPS_PER_LOOP=steps, LEARNING_RATE=3e-3,
                   SEED=3)
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"], params,
-        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"'],
-        mode="train_eval_predict")) == 0
+        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"'] +
+        # The equality runs read the file in order, as the strategy matrix.
+        (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
+         if name.startswith("short") else []) +
+        mf.STRATEGIES[strategy], mode="train_eval_predict")) == 0
   return runs
 
 
@@ -173,3 +180,14 @@ def test_a_label_word_in_the_tail_is_learned_with_windows_only(long_runs):
   # One prediction row per document.
   assert len(np.loadtxt(f"{long_runs['windows']}/test_results.tsv",
                         ndmin=2)) == 40
+
+
+def test_pooled_documents_are_the_same_on_one_and_two_replicas(long_runs):
+  """A document's windows evaluated on different replicas are pooled as on
+  one: 2 mirrored replicas give the 1-replica weights, per-document metrics
+  and per-document predictions."""
+  mf.assert_equal_runs(long_runs["short_2"], long_runs["short"],
+                       f"{os.path.dirname(long_runs['short'])}/init/"
+                       "bert_model.ckpt")
+  assert mf.summary(long_runs["short"])["eval_metrics"]["num_examples"] == 40
+

@@ -170,7 +170,7 @@ def _predict_text(served, texts, **extra):
 def test_rest_rows_and_columns_equal_the_savedmodel(served):
   expected = _reference(served, TEXTS)
   spread = np.ptp(expected["probabilities"][:, 1])
-  assert spread > 0.01, spread     # rows are told apart at 1e-5 (1,000x)
+  assert spread > 1e-3, spread     # rows are told apart at 1e-5 (100x)
   reply = _predict_text(served, TEXTS)
   assert reply.status_code == 200, reply.text
   rows = reply.json()["predictions"]

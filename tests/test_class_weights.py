@@ -142,19 +142,24 @@ def imbalanced_runs(tmp_path_factory):
   extra = FLOAT32 + [
       'bertexp.ClassificationTask.metric_names=["macro_f1", "per_class"]']
   runs = {}
-  for name, weights, strategy, steps in (
-      ("plain", [], "default", STEPS),
-      ("balanced", ["balanced"], "default", STEPS),
-      ("short", ["balanced"], "default", EQUALITY_STEPS),
-      ("short_2", ["balanced"], "mirrored_2", EQUALITY_STEPS)):
+  for name, weights, strategy, steps, accumulation in (
+      ("plain", [], "default", STEPS, 1),
+      ("balanced", ["balanced"], "default", STEPS, 1),
+      ("short", ["balanced"], "default", EQUALITY_STEPS, 1),
+      ("short_2", ["balanced"], "mirrored_2", EQUALITY_STEPS, 1),
+      ("short_accumulated", ["balanced"], "default", EQUALITY_STEPS, 2)):
     runs[name] = f"{root}/{name}"
     bindings = [f'bertexp.ClassificationTask.class_weights="{w}"'
                 for w in weights]
+    # The equality runs read the file in order: the first batch's halves
+    # are all positive and all negative (unequal weight sums per replica).
+    order = (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
+             if name.startswith("short") else [])
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"],
         dict(params, MODEL_DIR=runs[name], TRAIN_STEPS=steps,
-             STEPS_PER_LOOP=steps),
-        extra + bindings + mf.STRATEGIES[strategy],
+             STEPS_PER_LOOP=steps, GRADIENT_ACCUMULATION_STEPS=accumulation),
+        extra + bindings + order + mf.STRATEGIES[strategy],
         mode="train_eval_predict")) == 0
   return runs
 
@@ -180,11 +185,13 @@ def test_balanced_weights_raise_the_minority_class_recall(imbalanced_runs):
   assert mf.summary(imbalanced_runs["balanced"])["selection_metric"] == "macro_f1"
 
 
-def test_weighted_loss_is_the_same_on_one_and_two_replicas(imbalanced_runs):
-  """Global-batch normalisation by the summed weights: 2 mirrored replicas
-  (each holding a different share of the minority class) train the
-  1-replica weights."""
-  ours, reference = imbalanced_runs["short_2"], imbalanced_runs["short"]
+@pytest.mark.parametrize("run", ["short_2", "short_accumulated"])
+def test_weighted_loss_is_the_same_on_two_replicas_and_micro_batches(
+    imbalanced_runs, run):
+  """Global-batch normalisation by the summed weights: 2 mirrored replicas,
+  or 2 accumulated micro-batches (each holding a different share of the
+  minority class), train the weights of one batch on one replica."""
+  ours, reference = imbalanced_runs[run], imbalanced_runs["short"]
   mf.assert_same_weights(mf.model_weights(ours, EQUALITY_STEPS),
                          mf.model_weights(reference, EQUALITY_STEPS))
   mf.assert_differences_far_below_movement(

@@ -40,7 +40,9 @@ SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
                     "test_faults.py",
                     "test_accumulation_recompute_padding.py", "test_train.py",
                     "test_sweep.py", "test_quickstart.py", "test_serving.py",
-                    "test_train_step.py", "test_squad_task.py",
+                    "test_long_documents.py", "test_class_weights.py",
+                    "test_tagging.py", "test_early_stopping.py",
+                    "test_kfold.py", "test_train_step.py", "test_squad_task.py",
                     "test_real_weights.py", "test_hub_encoder.py",
                     "test_pretraining_task.py")
 

@@ -168,15 +168,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   All records are written to temporary names, the meta data last: a failure
   anywhere leaves no file under a final name from this run.
   """
-  if max_seq_length < 3:
-    raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
-                     "[CLS] a [SEP] b [SEP]")
-  if max_position_embeddings and max_seq_length > max_position_embeddings:
-    raise ValueError(f"max_seq_length {max_seq_length} is above the model's "
-                     f"max_position_embeddings {max_position_embeddings}")
-  if doc_stride is not None and not 1 <= doc_stride <= max_seq_length - 2:
-    raise ValueError(f"doc_stride {doc_stride} must be in [1, "
-                     f"{max_seq_length - 2}] (max_seq_length - 2)")
+  windows.check_lengths(max_seq_length, max_position_embeddings, doc_stride)
   if doc_stride and splits[0][1].text_b is not None:
     raise ValueError(f"{splits[0][1].path}: --doc_stride windows single "
                      "texts; these rows are pairs (two text columns)")

@@ -218,16 +218,9 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
   """
   scheme = "NONE" if scheme.upper() == "NONE" else tag_schemes.check_scheme(
       scheme, tag_schemes.TRAIN_SCHEMES)
-  if max_seq_length < 3:
-    raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
-                     "[CLS] a piece [SEP]")
-  if max_position_embeddings and max_seq_length > max_position_embeddings:
-    raise ValueError(f"max_seq_length {max_seq_length} is above the model's "
-                     f"max_position_embeddings {max_position_embeddings}")
+  windows.check_lengths(max_seq_length, max_position_embeddings, None)
   doc_stride = doc_stride or max(1, (max_seq_length - 2) // 2)
-  if not 1 <= doc_stride <= max_seq_length - 2:
-    raise ValueError(f"doc_stride {doc_stride} must be in [1, "
-                     f"{max_seq_length - 2}] (max_seq_length - 2)")
+  windows.check_lengths(max_seq_length, None, doc_stride)
   if file_format == "peoples_daily":
     input_scheme = "BIO"
   splits = [(name, tagging_formats.read(

@@ -2,7 +2,23 @@
 scores each position (SQuAD's max-context rule). Shared by `prepare
 tagging` (long sentences) and `prepare classification --doc_stride` (long
 documents)."""
-from typing import List
+from typing import List, Optional
+
+
+def check_lengths(max_seq_length: int, max_position_embeddings: Optional[int],
+                  doc_stride: Optional[int]) -> None:
+  """Raises ValueError unless max_seq_length holds [CLS], a piece and [SEP],
+  fits the model's positions, and doc_stride (when given) lies in
+  [1, max_seq_length - 2]."""
+  if max_seq_length < 3:
+    raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
+                     "[CLS] a piece [SEP]")
+  if max_position_embeddings and max_seq_length > max_position_embeddings:
+    raise ValueError(f"max_seq_length {max_seq_length} is above the model's "
+                     f"max_position_embeddings {max_position_embeddings}")
+  if doc_stride is not None and not 1 <= doc_stride <= max_seq_length - 2:
+    raise ValueError(f"doc_stride {doc_stride} must be in [1, "
+                     f"{max_seq_length - 2}] (max_seq_length - 2)")
 
 
 def window_starts(length: int, width: int, stride: int) -> List[int]:

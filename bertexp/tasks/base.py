@@ -5,6 +5,7 @@ the strategy scope. It never owns a train step: the trainer calls `loss`,
 `update_train_metrics`, `eval_outputs` and `finalize_eval`.
 """
 import abc
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -33,6 +34,17 @@ def checked_bert_config(bert_config_file, meta, meta_data_path):
                      f"ids does not fit the model's vocab_size "
                      f"{config.vocab_size}")
   return config
+
+
+def serving_vocab(meta, meta_data_path):
+  """The vocab_file `bertexp prepare` recorded, for a serve_text signature;
+  None (with a warning) when it is not there any more."""
+  vocab = meta.get("vocab_file")
+  if not vocab or not tf.io.gfile.exists(vocab):
+    logging.warning("%s: vocab_file %r not found: no serve_text signature",
+                    meta_data_path, vocab)
+    return None
+  return vocab
 
 
 class Task(abc.ABC):

@@ -319,10 +319,8 @@ class ClassificationTask(base.Task):
   def text_serving(self, model):
     """`serve_text`: raw text packed as `bertexp prepare` packed it (None,
     with a warning, when the meta data's vocab_file is not there)."""
-    vocab = self.meta.get("vocab_file")
-    if not vocab or not tf.io.gfile.exists(vocab):
-      logging.warning("%s: vocab_file %r not found: no serve_text signature",
-                      self.meta_data_path, vocab)
+    vocab = base.serving_vocab(self.meta, self.meta_data_path)
+    if vocab is None:
       return None
     return text_serving.PackedTextServing(
         model, self.serving_outputs, vocab_file=vocab,

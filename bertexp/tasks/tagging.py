@@ -329,10 +329,8 @@ class TaggingTask(base.Task):
   def text_serving(self, model):
     """`serve_text`: raw text -> words with tags and offsets, and entities
     (see bertexp.tasks.tagging_serving); None when the vocab is missing."""
-    vocab = self.meta.get("vocab_file")
-    if not vocab or not tf.io.gfile.exists(vocab):
-      logging.warning("%s: vocab_file %r not found: no serve_text signature",
-                      self.meta_data_path, vocab)
+    vocab = base.serving_vocab(self.meta, self.meta_data_path)
+    if vocab is None:
       return None
     return tagging_serving.TaggingServing(
         model, vocab_file=vocab, do_lower_case=self.meta.get(

@@ -1,5 +1,6 @@
 """`bertexp` subcommands: train, prepare, build-vocab, convert-checkpoint,
-sweep, results, evaluate-squad, export-tflite, serve, benchmark-serving.
+sweep, results, evaluate-squad, export-tflite, export-onnx, serve,
+benchmark-serving.
 
     bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
@@ -260,12 +261,17 @@ def _training_commands(sub, add):
                      help=modes.help_text())
   train.set_defaults(func=cmd_train)
 
-  tflite = add(sub, "export-tflite",
-               help="classifier -> TFLite float + int8, with agreement")
-  tflite.add_argument("--gin_file", action="append", required=True)
-  tflite.add_argument("--gin_param", action="append", default=[],
-                      help="one binding (repeatable)")
-  tflite.set_defaults(func=cmd_train, mode="export_tflite")
+  for name, mode, text in (
+      ("export-tflite", "export_tflite",
+       "classifier -> TFLite float + int8, with agreement"),
+      ("export-onnx", "export_onnx",
+       "classification, regression or QA -> ONNX Runtime float32 + int8 "
+       "(MODEL_DIR/onnx/), with agreement")):
+    export = add(sub, name, help=text)
+    export.add_argument("--gin_file", action="append", required=True)
+    export.add_argument("--gin_param", action="append", default=[],
+                        help="one binding (repeatable)")
+    export.set_defaults(func=cmd_train, mode=mode)
 
   sw = add(sub, "sweep", help="a hyperparameter grid x seeds, one "
                       "trial.gin per trial, resumable, with a results table")

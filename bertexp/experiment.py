@@ -188,7 +188,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     return task.write_teacher_targets(model)
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
                            require_pretrained_encoder)
-  if mode in ("export", "export_tflite"):
+  if mode in ("export", "export_tflite", "export_onnx"):
     return _export(mode, task, model, model_dir, predict_checkpoint_path)
   step_settings = trainer_lib.StepSettings(
       global_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
@@ -281,7 +281,8 @@ def _start_runtime(mode, cpu_threads, seed, deterministic):
   if deterministic:
     tf.config.experimental.enable_op_determinism()
   precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
-  if mode in ("predict", "export", "export_tflite", "distill_targets"):
+  if mode in ("predict", "export", "export_tflite", "export_onnx",
+              "distill_targets"):
     # Served models compute in float32 whatever the training precision, so
     # predict and the exported model give the same numbers (and teacher
     # targets are the float32 teacher's).
@@ -290,7 +291,8 @@ def _start_runtime(mode, cpu_threads, seed, deterministic):
 
 
 def _export(mode, task, model, model_dir, checkpoint_path):
-  """--mode=export (a SavedModel) or export_tflite of the restored model."""
+  """--mode=export (a SavedModel), export_tflite or export_onnx of the
+  restored model."""
   if mode == "export_tflite" and getattr(task, "num_labels", 0) < 2:
     raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
                      f"{type(task).__name__} is not one")
@@ -302,6 +304,9 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   real = held_out["example_weight"] > 0
   inputs = {k: tf.boolean_mask(held_out[k], real)
             for k in ("input_word_ids", "input_mask", "input_type_ids")}
+  if mode == "export_onnx":
+    from bertexp.serving import onnx_export  # needs the [onnx] extra
+    return onnx_export.export_onnx(task, model, model_dir, inputs)
   return export_lib.export_tflite(task, model, model_dir, inputs)
 
 

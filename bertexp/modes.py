@@ -26,6 +26,7 @@ TABLE = (
     Mode("predict", False, "predict the test splits -> prediction files"),
     Mode("export", False, "SavedModel in TF Serving's layout -> export/N/"),
     Mode("export_tflite", False, "TFLite float + int8 (export-tflite)"),
+    Mode("export_onnx", False, "ONNX Runtime float32 + int8 (export-onnx)"),
     Mode("distill_targets", False, "a DistillationTask's teacher outputs, "
          "once, into its teacher_targets folder"),
     Mode("plan", False, "print the schedule and the memory plan; nothing "

@@ -1,0 +1,153 @@
+"""`bertexp export-onnx`: a run's checkpoint as ONNX Runtime models, float32
+and int8, checked against the Keras model they were written from.
+
+Writes MODEL_DIR/onnx/model_float32.onnx (see bertexp.serving.onnx_graph),
+model_int8.onnx (ONNX Runtime's dynamic quantization of the matmul and
+attention weights: int8 weights with a scale per output column, activations
+quantized per call) and
+onnx_report.json: each file's size and its agreement with the float32 Keras
+model on held-out token ids.
+"""
+import logging
+import os
+
+import numpy as np
+
+from bertexp.serving import onnx_graph
+from bertexp.util import fileio
+
+FLOAT_FILE, INT8_FILE = "model_float32.onnx", "model_int8.onnx"
+# What dynamic quantization touches: the weights of every matmul (MatMul
+# and the fused Attention's QKV projection). Embedding tables stay float32,
+# as TFLite's dynamic-range quantization leaves them.
+QUANTIZED_OPS = ["MatMul", "Attention"]
+
+
+def build_model_proto(model, label_names=None):
+  """The ONNX ModelProto of a restored serving model.
+
+  Args:
+    model: a task's serving model, weights restored: a ClassifierModel
+      (classification or regression) or a SpanModel (question answering).
+    label_names: a classifier's label names (default "0", "1", ...).
+  Returns:
+    onnx.ModelProto with serving_default's inputs and outputs.
+  Raises:
+    ValueError: a model kind or encoder the graph cannot express.
+  """
+  from onnx import TensorProto
+  from bertexp.model import modeling
+  from bertexp.tasks import squad
+  graph = onnx_graph.GraphBuilder()
+  sequence = onnx_graph.encoder_output(graph, model.encoder)         # [B, S, H]
+  if isinstance(model, modeling.ClassifierModel):
+    logits = onnx_graph.dense(graph, onnx_graph.pooled_output(
+        graph, sequence, model.encoder), model.classifier, "classifier")
+    if model.num_labels == 1:
+      outputs = onnx_graph.regression_outputs(graph, logits)
+      shapes = {"value": (TensorProto.FLOAT, ["batch"])}
+    else:
+      names = label_names or [str(i) for i in range(model.num_labels)]
+      outputs = onnx_graph.classifier_outputs(graph, logits, names)
+      shapes = {"probabilities": (TensorProto.FLOAT,
+                                  ["batch", model.num_labels]),
+                "label": (TensorProto.STRING, ["batch"])}
+  elif isinstance(model, squad.SpanModel):
+    logits = onnx_graph.dense(graph, sequence, model.span_head, "span")
+    outputs = onnx_graph.span_outputs(graph, logits)
+    shapes = {name: (TensorProto.FLOAT, ["batch", "sequence"])
+              for name in outputs}
+  else:
+    raise ValueError("export-onnx writes classification, regression and "
+                     f"question-answering models, not a "
+                     f"{type(model).__name__}")
+  return onnx_graph.model_proto(graph, outputs, shapes, producer="bertexp")
+
+
+def session(path, threads=None):
+  """An ONNX Runtime CPU session of `path`, every graph optimisation on."""
+  import onnxruntime as ort
+  options = ort.SessionOptions()
+  options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+  if threads:
+    options.intra_op_num_threads = threads
+  return ort.InferenceSession(path, options,
+                              providers=["CPUExecutionProvider"])
+
+
+def run(onnx_session, inputs):
+  """{output name: numpy} of int32 token-id inputs {name: [B, S]}."""
+  names = [o.name for o in onnx_session.get_outputs()]
+  feed = {k: np.asarray(inputs[k], np.int32) for k in onnx_graph.INPUT_NAMES}
+  return dict(zip(names, onnx_session.run(names, feed)))
+
+
+def agreement(expected, got):
+  """How an ONNX model's outputs match the Keras model's on the same rows:
+  max |difference| of every float output, and argmax agreement of
+  probabilities / span logits."""
+  report = {}
+  for name, want in expected.items():
+    if want.dtype.kind != "f":
+      continue
+    report[f"max_abs_diff_{name}"] = float(np.abs(got[name] - want).max())
+    if name != "value":
+      report[f"argmax_agreement_{name}"] = float(
+          (got[name].argmax(-1) == want.argmax(-1)).mean())
+  return report
+
+
+def export_onnx(task, model, model_dir, inputs):
+  """Writes MODEL_DIR/onnx/ (see the module docstring).
+
+  Args:
+    task: the task.
+    model: its serving model, weights restored, float32.
+    model_dir: the run.
+    inputs: held-out token ids {name: int32 [N, S]} for the agreement check.
+  Returns:
+    The report ({"float32": {...}, "int8": {...}}), also onnx_report.json.
+  """
+  import tempfile
+  from onnx import TensorProto
+  from onnxruntime.quantization import QuantType, quantize_dynamic
+  import tensorflow as tf
+  folder = fileio.join(model_dir, "onnx")
+  fileio.makedirs(folder)
+  expected = {k: np.asarray(v) for k, v in task.serving_outputs(
+      model(inputs, training=False)).items()}
+  proto = build_model_proto(model, task.meta.get("label_names"))
+  report = {}
+  # ONNX Runtime reads local files: built in a local folder, then copied
+  # (MODEL_DIR may be gs://), each file atomically.
+  with tempfile.TemporaryDirectory() as local:
+    paths = {"float32": os.path.join(local, FLOAT_FILE),
+             "int8": os.path.join(local, INT8_FILE)}
+    with open(paths["float32"], "wb") as f:
+      f.write(proto.SerializeToString())
+    quiet = logging.root.manager.disable
+    logging.disable(logging.INFO)       # a line per tensor otherwise
+    try:
+      quantize_dynamic(paths["float32"], paths["int8"],
+                       weight_type=QuantType.QInt8,
+                       op_types_to_quantize=QUANTIZED_OPS, per_channel=True,
+                       # ONNX's shape inference does not know the fused
+                       # com.microsoft ops: their outputs are float32.
+                       extra_options={"DefaultTensorType": TensorProto.FLOAT})
+    finally:
+      logging.disable(quiet)
+    for kind, path in paths.items():
+      got = run(session(path), inputs)
+      target = fileio.join(folder, os.path.basename(path))
+      report[kind] = dict(path=target, bytes=os.path.getsize(path),
+                          examples=int(len(inputs["input_word_ids"])),
+                          **agreement(expected, got))
+      with fileio.atomic_path(target) as tmp:
+        tf.io.gfile.copy(path, tmp, overwrite=True)
+      print(f"ONNX {kind}: {report[kind]['bytes'] / 1e6:.2f} MB, " + ", ".join(
+          f"{k} {v:.4g}" for k, v in report[kind].items()
+          if k.startswith(("max_abs", "argmax"))) +
+          f" on {report[kind]['examples']} held-out examples -> {target}",
+          flush=True)
+  fileio.write_json(fileio.join(folder, "onnx_report.json"), report)
+  return report

@@ -1,0 +1,224 @@
+"""A restored bertexp model written as an ONNX graph for ONNX Runtime.
+
+The graph is built node by node from the Keras model's own weights (the
+run's checkpoint stays the source of truth) in the fused form ONNX Runtime's
+transformer optimizer would produce: one EmbedLayerNormalization, then per
+block one Attention (query, key and value as one [H, 3H] matmul, the padding
+mask applied as the -10000 bias bertexp trains with), SkipLayerNormalization
+around each residual and BiasGelu / FastGelu on the feed-forward layer (all
+in ONNX Runtime's `com.microsoft` domain), then the task's head.
+
+Inputs are serving_default's: int32 input_word_ids, input_mask and
+input_type_ids [B, S]. Outputs are serving_default's too: classification
+`probabilities` [B, L] and `label` [B] (its name), regression `value` [B],
+question answering `start_logits` and `end_logits` [B, S].
+
+Shape legend: B batch, S sequence length, H hidden size, I intermediate
+size, L labels.
+"""
+import numpy as np
+
+OPSET = 17               # LayerNormalization-era default domain
+IR_VERSION = 10
+MS_DOMAIN = "com.microsoft"
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+# The padding bias of bertexp's attention (BertEncoder: (1 - mask) * -10000).
+MASK_FILTER_VALUE = -10000.0
+
+
+class GraphBuilder:
+  """Collects nodes and initializers with unique names."""
+
+  def __init__(self):
+    import onnx.helper  # noqa: F401  (fails early without the onnx extra)
+    self.nodes, self.initializers = [], []
+    self._count = 0
+
+  def name(self, prefix):
+    self._count += 1
+    return f"{prefix}_{self._count}"
+
+  def constant(self, prefix, array):
+    """An initializer holding `array`; returns its name."""
+    from onnx import numpy_helper
+    name = self.name(prefix)
+    self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+    return name
+
+  def node(self, op, inputs, prefix=None, domain=None, outputs=1, **attrs):
+    """Adds one node; returns its output name (or names when outputs > 1)."""
+    from onnx import helper
+    names = [self.name(prefix or op.lower()) for _ in range(outputs)]
+    self.nodes.append(helper.make_node(op, list(inputs), names,
+                                       name=self.name(op), domain=domain,
+                                       **attrs))
+    return names[0] if outputs == 1 else names
+
+
+def _numpy(variable):
+  return np.asarray(variable.numpy(), dtype=np.float32)
+
+
+def _activation(graph, name, x, bias):
+  """The feed-forward activation of bert_config's hidden_act on x + bias.
+
+  Raises:
+    ValueError: an activation the graph cannot express.
+  """
+  name = name.lower()
+  if name == "gelu":          # exact (erf), as bertexp computes it
+    return graph.node("BiasGelu", [x, bias], domain=MS_DOMAIN)
+  if name in ("gelu_tanh", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+    return graph.node("FastGelu", [x, bias], domain=MS_DOMAIN)
+  added = graph.node("Add", [x, bias])
+  if name == "relu":
+    return graph.node("Relu", [added])
+  if name == "tanh":
+    return graph.node("Tanh", [added])
+  if name in ("swish", "silu"):
+    return graph.node("Mul", [added, graph.node("Sigmoid", [added])])
+  raise ValueError(f"export-onnx: hidden_act {name!r} has no ONNX form")
+
+
+def dense(graph, x, layer, prefix):
+  """x [.., in] @ kernel + bias of a Keras Dense layer."""
+  product = graph.node("MatMul", [x, graph.constant(f"{prefix}_kernel",
+                                                    _numpy(layer.kernel))])
+  return graph.node("Add", [product, graph.constant(f"{prefix}_bias",
+                                                    _numpy(layer.bias))])
+
+
+def _embeddings(graph, embeddings, eps):
+  """EmbedLayerNormalization of word + position + segment embeddings."""
+  return graph.node(
+      "EmbedLayerNormalization",
+      ["input_word_ids", "input_type_ids",
+       graph.constant("word_embeddings", _numpy(embeddings.word_embeddings)),
+       graph.constant("position_embeddings",
+                      _numpy(embeddings.position_embeddings)),
+       graph.constant("type_embeddings", _numpy(embeddings.type_embeddings)),
+       graph.constant("embeddings_gamma", _numpy(embeddings.layer_norm.gamma)),
+       graph.constant("embeddings_beta", _numpy(embeddings.layer_norm.beta))],
+      domain=MS_DOMAIN, outputs=2, epsilon=eps)[0]                  # [B, S, H]
+
+
+def _block(graph, x, block, config, index):
+  """One Transformer block: [B, S, H] -> [B, S, H]."""
+  p = f"layer_{index}"
+  qkv_kernel = np.concatenate([_numpy(block.query.kernel),
+                               _numpy(block.key.kernel),
+                               _numpy(block.value.kernel)], axis=1)  # [H, 3H]
+  qkv_bias = np.concatenate([_numpy(block.query.bias), _numpy(block.key.bias),
+                             _numpy(block.value.bias)])              # [3H]
+  context = graph.node(
+      "Attention", [x, graph.constant(f"{p}_qkv_kernel", qkv_kernel),
+                    graph.constant(f"{p}_qkv_bias", qkv_bias), "input_mask"],
+      domain=MS_DOMAIN, num_heads=config.num_attention_heads,
+      mask_filter_value=MASK_FILTER_VALUE)                           # [B, S, H]
+  attention = graph.node("MatMul", [context, graph.constant(
+      f"{p}_attention_output_kernel", _numpy(block.attention_output.kernel))])
+  h = _skip_layer_norm(graph, attention, x, block.attention_output.bias,
+                       block.attention_layer_norm, config, f"{p}_attention")
+  inner = graph.node("MatMul", [h, graph.constant(
+      f"{p}_intermediate_kernel", _numpy(block.intermediate.kernel))])
+  inner = _activation(graph, config.hidden_act, inner, graph.constant(
+      f"{p}_intermediate_bias", _numpy(block.intermediate.bias)))    # [B, S, I]
+  ffn = graph.node("MatMul", [inner, graph.constant(
+      f"{p}_output_kernel", _numpy(block.output_dense.kernel))])
+  return _skip_layer_norm(graph, ffn, h, block.output_dense.bias,
+                          block.output_layer_norm, config, f"{p}_output")
+
+
+def _skip_layer_norm(graph, x, skip, bias, layer_norm, config, prefix):
+  """LayerNorm(x + bias + skip), one fused node."""
+  return graph.node(
+      "SkipLayerNormalization",
+      [x, skip, graph.constant(f"{prefix}_gamma", _numpy(layer_norm.gamma)),
+       graph.constant(f"{prefix}_beta", _numpy(layer_norm.beta)),
+       graph.constant(f"{prefix}_bias", _numpy(bias))],
+      domain=MS_DOMAIN, epsilon=config.layer_norm_eps)
+
+
+def encoder_output(graph, encoder):
+  """The encoder's sequence output [B, S, H] (a BertEncoder's weights).
+
+  Raises:
+    ValueError: an encoder that is not bertexp's BertEncoder (a TF-Hub
+      SavedModel encoder has no weights to write).
+  """
+  from bertexp.model import modeling
+  if not isinstance(encoder, modeling.BertEncoder):
+    raise ValueError("export-onnx writes bertexp's own BERT encoder; this "
+                     f"model's encoder is a {type(encoder).__name__}")
+  config = encoder.config
+  x = _embeddings(graph, encoder.embeddings, config.layer_norm_eps)
+  for index, block in enumerate(encoder.blocks):
+    x = _block(graph, x, block, config, index)
+  return x
+
+
+def pooled_output(graph, sequence, encoder):
+  """tanh(pooler(sequence[:, 0])) [B, H]."""
+  first = graph.node("Gather", [sequence, graph.constant(
+      "first_token", np.array(0, np.int64))], axis=1)               # [B, H]
+  return graph.node("Tanh", [dense(graph, first, encoder.pooler, "pooler")])
+
+
+def classifier_outputs(graph, logits, label_names):
+  """{probabilities [B, L], label [B]} of a classifier's logits."""
+  probabilities = graph.node("Softmax", [logits], axis=-1)
+  best = graph.node("ArgMax", [probabilities], axis=1, keepdims=0)   # [B]
+  names = graph.constant("label_names", np.array(label_names, dtype=object))
+  return {"probabilities": probabilities,
+          "label": graph.node("Gather", [names, best], axis=0)}
+
+
+def regression_outputs(graph, logits):
+  """{value [B]} of a one-output head's logits [B, 1]."""
+  axes = graph.constant("squeeze_axes", np.array([1], np.int64))
+  return {"value": graph.node("Squeeze", [logits, axes])}
+
+
+def span_outputs(graph, logits):
+  """{start_logits, end_logits [B, S]} of span logits [B, S, 2], padding
+  at -10000 as SpanModel gives them."""
+  mask = graph.node("Cast", ["input_mask"], to=1)                    # float
+  padding = graph.node("Mul", [
+      graph.node("Sub", [graph.constant("one", np.array(1.0, np.float32)),
+                         mask]),
+      graph.constant("padding_logit", np.array(-10000.0, np.float32))])
+  outputs = {}
+  for index, name in enumerate(("start_logits", "end_logits")):
+    column = graph.node("Gather", [logits, graph.constant(
+        f"{name}_column", np.array(index, np.int64))], axis=2)       # [B, S]
+    outputs[name] = graph.node("Add", [column, padding])
+  return outputs
+
+
+def model_proto(graph, outputs, output_shapes, producer):
+  """The ModelProto of `graph` with serving_default's names.
+
+  Args:
+    graph: the GraphBuilder.
+    outputs: {output name: the graph's tensor name}.
+    output_shapes: {output name: (onnx element type, shape)}.
+    producer: the producer string (e.g. "bertexp 0.1.0").
+  """
+  from onnx import TensorProto, helper
+  for name, tensor in outputs.items():    # serving_default's output names
+    graph.nodes.append(helper.make_node("Identity", [tensor], [name],
+                                        name=f"output_{name}"))
+  inputs = [helper.make_tensor_value_info(name, TensorProto.INT32,
+                                          ["batch", "sequence"])
+            for name in INPUT_NAMES]
+  value_infos = [helper.make_tensor_value_info(name, dtype, shape)
+                 for name, (dtype, shape) in output_shapes.items()]
+  proto = helper.make_graph(graph.nodes, "bertexp", inputs, value_infos,
+                            initializer=graph.initializers)
+  model = helper.make_model(
+      proto, producer_name=producer,
+      opset_imports=[helper.make_opsetid("", OPSET),
+                     helper.make_opsetid(MS_DOMAIN, 1)])
+  # IR 10: what ONNX Runtime 1.17 and newer load (onnx 1.19 writes 12).
+  model.ir_version = IR_VERSION
+  return model

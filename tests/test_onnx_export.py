@@ -1,0 +1,125 @@
+"""`bertexp export-onnx`: the ONNX graph written from a model's weights gives
+the Keras model's outputs in ONNX Runtime (an implementation that shares no
+code with ours) for every head and activation, on padded rows of sentence
+pairs; through the command line it writes float32 and int8 files that agree
+with the model, and a model it cannot express is a clear error."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertexp import cli
+from bertexp.model import modeling
+from bertexp.serving import onnx_export
+from bertexp.tasks import squad, tagging
+from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
+
+CONFIG = dict(TINY_CONFIG, vocab_size=40, hidden_size=32,
+              num_attention_heads=4, intermediate_size=64,
+              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _encoder(hidden_act):
+  tf.random.set_seed(7)
+  encoder = modeling.BertEncoder(modeling.BertConfig(
+      **dict(CONFIG, hidden_act=hidden_act)))
+  return encoder
+
+
+def _spread(model):
+  """Weights ×8 (layer norms untouched): outputs far apart from row to row,
+  as a trained model's are, instead of the near-constant ones of a fresh
+  0.02-stddev initialisation."""
+  for variable in model.trainable_variables:
+    if "layer_norm" not in variable.name:
+      variable.assign(variable * 8.0)
+  return model
+
+
+def _inputs():
+  """6 sentence pairs of 12 positions, padded to different lengths."""
+  rng = np.random.default_rng(3)
+  lengths = np.array([12, 9, 5, 12, 3, 7])
+  mask = (np.arange(12)[None] < lengths[:, None]).astype(np.int32)
+  types = ((np.arange(12)[None] >= lengths[:, None] // 2) * mask).astype(
+      np.int32)
+  ids = rng.integers(5, 40, size=(6, 12)).astype(np.int32) * mask
+  return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": types}
+
+
+def _run_onnx(model, tmp_path, label_names=None):
+  proto = onnx_export.build_model_proto(model, label_names)
+  path = str(tmp_path / "model.onnx")
+  with open(path, "wb") as f:
+    f.write(proto.SerializeToString())
+  return onnx_export.run(onnx_export.session(path), _inputs())
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_tanh", "relu"])
+def test_classifier_graph_equals_the_keras_model(tmp_path, hidden_act):
+  model = _spread(modeling.ClassifierModel(_encoder(hidden_act), 3, seed=1)
+                  .build_variables())
+  want = tf.nn.softmax(model(_inputs(), training=False), -1).numpy()  # [6, 3]
+  assert np.ptp(want, axis=0).max() > 0.03      # rows told apart, 3000 × tol
+  got = _run_onnx(model, tmp_path, ["neg", "neu", "pos"])
+  np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
+  names = np.array(["neg", "neu", "pos"])[want.argmax(-1)]
+  assert [v.decode() if isinstance(v, bytes) else v
+          for v in got["label"]] == list(names)
+
+
+def test_regression_graph_equals_the_keras_model(tmp_path):
+  model = _spread(modeling.ClassifierModel(_encoder("gelu"), 1, seed=1)
+                  .build_variables())
+  want = model(_inputs(), training=False).numpy()[:, 0]               # [6]
+  assert np.ptp(want) > 0.1
+  got = _run_onnx(model, tmp_path)
+  np.testing.assert_allclose(got["value"], want, atol=1e-4)
+
+
+def test_span_graph_equals_the_keras_model_with_padding_masked(tmp_path):
+  model = _spread(squad.SpanModel(_encoder("gelu"), seed=1).build_variables())
+  logits = model(_inputs(), training=False).numpy()                  # [6, 12, 2]
+  got = _run_onnx(model, tmp_path)
+  mask = _inputs()["input_mask"] == 1
+  for index, name in enumerate(("start_logits", "end_logits")):
+    assert np.ptp(logits[..., index][mask]) > 0.1
+    np.testing.assert_allclose(got[name][mask], logits[..., index][mask],
+                               atol=1e-4)
+    assert (got[name][~mask] < -9000).all()       # padding holds no answer
+
+
+def test_a_model_the_graph_cannot_express_is_an_error():
+  model = tagging.TaggingModel(_encoder("gelu"), 5)
+  model(modeling.dummy_inputs())
+  with pytest.raises(ValueError, match="not a TaggingModel"):
+    onnx_export.build_model_proto(model)
+
+
+def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
+                                                     capsys):
+  # Kernels of 64 × 64 and more, so that int8 weights shrink the file.
+  config = tmp_path / "bert_config_h64.json"
+  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_size=64,
+                                    intermediate_size=128)))
+  run = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, str(config))
+  params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
+      "--gin_param=TRAIN_STEPS=2", "--gin_param=TRAIN_BATCH_SIZE=4",
+      "--gin_param=EVAL_BATCH_SIZE=4"]
+  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
+  assert cli.main(["train", f"--gin_file={gin_file}", "--mode=train"] +
+                  params) == 0
+  assert cli.main(["export-onnx", f"--gin_file={gin_file}"] + params) == 0
+  folder = os.path.join(run["MODEL_DIR"], "onnx")
+  with open(os.path.join(folder, "onnx_report.json")) as f:
+    report = json.load(f)
+  assert report["float32"]["examples"] == 16
+  assert report["float32"]["argmax_agreement_probabilities"] == 1.0
+  assert report["float32"]["max_abs_diff_probabilities"] < 1e-5
+  assert report["int8"]["argmax_agreement_probabilities"] >= 0.9
+  assert report["int8"]["bytes"] < 0.8 * report["float32"]["bytes"]
+  assert sorted(os.listdir(folder)) == ["model_float32.onnx",
+                                        "model_int8.onnx", "onnx_report.json"]
+  assert "ONNX int8" in capsys.readouterr().out

@@ -478,9 +478,11 @@ def _serving_commands(sub, add):
 
   bench = add(sub, "benchmark-serving",
               help="latency percentiles and throughput of an export: in "
-                   "process, through bertexp serve (gRPC, REST), TFLite")
+                   "process, through bertexp serve (gRPC, REST), TFLite, "
+                   "ONNX Runtime")
   bench.add_argument("target", help="a MODEL_DIR, export or SavedModel "
-                                    "folder, or a .tflite file")
+                                    "folder, an ONNX versions folder, or a "
+                                    ".tflite or .onnx file")
   bench.add_argument("--lengths", default="16,128",
                      help="token counts of the latency rows")
   bench.add_argument("--clients", default="1,4,16",

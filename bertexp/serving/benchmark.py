@@ -1,6 +1,7 @@
 """`bertexp benchmark-serving`: latency and throughput of an export, in
 process, through `bertexp serve` (gRPC and REST; gRPC again with request
-batching on), and of its TFLite files.
+batching on), and of its TFLite and ONNX files (export-tflite,
+export-onnx; the int8 ONNX model through the server too).
 
     bertexp benchmark-serving runs/demo --output_json=serving.json
 
@@ -100,6 +101,18 @@ def rest_path(port, model_name):
   return make_call
 
 
+def onnx_path(path):
+  """make_call for an ONNX model (export-onnx's) in ONNX Runtime, in this
+  process; one session shared by every client, as a server would."""
+  from bertexp.serving import onnx_export  # needs the [onnx] extra
+  session = onnx_export.session(fileio.read_bytes(path),
+                                threads=os.cpu_count())
+
+  def make_call():
+    return lambda inputs: onnx_export.run(session, inputs)
+  return make_call
+
+
 def tflite_path(path):
   """(make_call, its fixed sequence length) for a TFLite file."""
   content = fileio.read_bytes(path)
@@ -148,34 +161,46 @@ def environment():
               inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
 
 
-def _paths(path, servers, tflite_files):
+def _paths(path, servers, files):
   """{name: (make_call, fixed length or None)}."""
   paths = {}
   if path is not None:
     paths["savedmodel"] = (savedmodel_path(path), None)
+  for name, file in files.items():
+    if name.startswith("onnx"):
+      paths[name] = (onnx_path(file), None)
   if servers is not None:
-    plain, batching = servers
-    paths["grpc"] = (grpc_path(plain.grpc_port, "bench"), None)
-    paths["rest"] = (rest_path(plain.rest_port, "bench"), None)
-    paths["grpc-batching"] = (grpc_path(batching.grpc_port, "bench"), None)
-  for name, file in tflite_files.items():
-    paths[name] = tflite_path(file)
+    paths["grpc"] = (grpc_path(servers["plain"].grpc_port, "bench"), None)
+    paths["rest"] = (rest_path(servers["plain"].rest_port, "bench"), None)
+    paths["grpc-batching"] = (grpc_path(servers["batching"].grpc_port,
+                                        "bench"), None)
+    if "onnx-int8" in servers:
+      paths["grpc-onnx-int8"] = (grpc_path(servers["onnx-int8"].grpc_port,
+                                           "bench"), None)
+  for name, file in files.items():
+    if name.startswith("tflite"):
+      paths[name] = tflite_path(file)
   return paths
 
 
 class _Servers:
-  """`bertexp serve` twice: without batching and with TF Serving's batching
-  defaults (`--enable_batching`)."""
+  """`bertexp serve` without batching and with TF Serving's batching
+  defaults (`--enable_batching`), and on the int8 ONNX model when there is
+  one (`onnx_folder`, its versions folder)."""
 
-  def __init__(self, folder):
-    self._servers = [ServerProcess(folder, "bench"),
-                     ServerProcess(folder, "bench", "--enable_batching")]
+  def __init__(self, folder, onnx_folder=None):
+    self._servers = {"plain": ServerProcess(folder, "bench"),
+                     "batching": ServerProcess(folder, "bench",
+                                               "--enable_batching")}
+    if onnx_folder:
+      self._servers["onnx-int8"] = ServerProcess(onnx_folder, "bench")
 
   def __enter__(self):
-    return [server.__enter__() for server in self._servers]
+    return {name: server.__enter__()
+            for name, server in self._servers.items()}
 
   def __exit__(self, *exc):
-    for server in self._servers:
+    for server in self._servers.values():
       server.__exit__(*exc)
 
 
@@ -196,8 +221,9 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
 
   Args:
     target: a MODEL_DIR / export folder / SavedModel folder (the SavedModel
-      in process, through the server, and the run's tflite/*.tflite files)
-      or a .tflite file.
+      in process and through the server, the run's tflite/*.tflite files,
+      its onnx/ models in process and the int8 one through the server), a
+      .tflite or .onnx file, or an ONNX versions folder.
     lengths: token counts of the latency rows.
     clients: concurrent clients of the throughput rows.
     calls, warmup: latency calls measured, and before them.
@@ -210,23 +236,15 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
   Raises:
     FileNotFoundError: no export or TFLite file there.
   """
-  export_dir, tflite_files, vocab = None, {}, 30522
-  if str(target).endswith(".tflite"):
-    tflite_files["tflite"] = target
-  else:
-    export_dir = versions_lib.resolve_export_dir(target)
-    vocab = vocab_size(export_dir)
-    run_dir = export_dir.rstrip("/").rsplit("/", 2)[0]    # MODEL_DIR
-    for kind in ("float", "int8"):
-      candidate = fileio.join(run_dir, "tflite", f"model_{kind}.tflite")
-      if tf.io.gfile.exists(candidate):
-        tflite_files[f"tflite-{kind}"] = candidate
+  export_dir, files, vocab = _targets(target)
   report = {"environment": environment(), "latency": [], "throughput": []}
   folder = export_dir and os.path.dirname(export_dir.rstrip("/"))
-  with (_Servers(folder) if server and export_dir
+  onnx_folder = files.get("onnx-int8") and os.path.dirname(os.path.dirname(
+      files["onnx-int8"]))
+  with (_Servers(folder, onnx_folder) if server and export_dir
         else contextlib.nullcontext()) as servers:
     for name, (make_call, fixed) in _paths(export_dir, servers,
-                                            tflite_files).items():
+                                            files).items():
       for length in ([fixed] if fixed else lengths):
         report["latency"].append(dict(
             path=name, tokens=length, **latency(
@@ -240,6 +258,33 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
   return report
 
 
+def _targets(target):
+  """(SavedModel folder or None, {path name: .tflite / model.onnx file},
+  vocabulary size) of a benchmark target: a .tflite or .onnx file, an ONNX
+  version folder, or a MODEL_DIR / export folder / SavedModel folder with
+  the run's tflite/ and onnx/ files beside it."""
+  target = str(target)
+  if target.endswith(".tflite"):
+    return None, {"tflite": target}, 30522
+  if target.endswith(".onnx"):
+    return None, {"onnx": target}, 100
+  export_dir = versions_lib.resolve_export_dir(target)
+  if not tf.io.gfile.exists(fileio.join(export_dir, "saved_model.pb")):
+    return None, {"onnx": fileio.join(export_dir, "model.onnx")}, 100
+  files = {}
+  run_dir = export_dir.rstrip("/").rsplit("/", 2)[0]    # MODEL_DIR
+  for kind in ("float", "int8"):
+    candidate = fileio.join(run_dir, "tflite", f"model_{kind}.tflite")
+    if tf.io.gfile.exists(candidate):
+      files[f"tflite-{kind}"] = candidate
+  for kind in ("float32", "int8"):
+    folder = fileio.join(run_dir, "onnx", kind)
+    if tf.io.gfile.isdir(folder) and versions_lib.list_versions(folder):
+      found = versions_lib.list_versions(folder)
+      files[f"onnx-{kind}"] = fileio.join(found[max(found)], "model.onnx")
+  return export_dir, files, vocab_size(export_dir)
+
+
 def table(report):
   """The report as text: environment, latency rows, throughput rows."""
   env = report["environment"]
@@ -248,13 +293,13 @@ def table(report):
            f"{env['tensorflow']}, grpcio {env['grpcio']}, intra-op threads "
            f"{env['intra_op_threads'] or 'default'}, inter-op "
            f"{env['inter_op_threads'] or 'default'}",
-           "", f"{'path':<14}{'tokens':>7}{'p50 ms':>9}{'p90 ms':>9}"
+           "", f"{'path':<16}{'tokens':>7}{'p50 ms':>9}{'p90 ms':>9}"
            f"{'p99 ms':>9}   (batch 1)"]
   for row in report["latency"]:
-    lines.append(f"{row['path']:<14}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
+    lines.append(f"{row['path']:<16}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
                  f"{row['p90_ms']:>9.2f}{row['p99_ms']:>9.2f}")
-  lines += ["", f"{'path':<14}{'tokens':>7}{'clients':>9}{'requests/s':>12}"]
+  lines += ["", f"{'path':<16}{'tokens':>7}{'clients':>9}{'requests/s':>12}"]
   for row in report["throughput"]:
-    lines.append(f"{row['path']:<14}{row['tokens']:>7}{row['clients']:>9}"
+    lines.append(f"{row['path']:<16}{row['tokens']:>7}{row['clients']:>9}"
                  f"{row['requests_per_second']:>12.1f}")
   return "\n".join(lines)

@@ -9,10 +9,22 @@ transition); the folder is polled every `poll_seconds`.
 import logging
 import threading
 
+import tensorflow as tf
+
 from bertexp.serving import servable as servable_lib
 from bertexp.serving import versions as versions_lib
 from bertexp.serving.batching import BatchScheduler
 from bertexp.serving.errors import ServingError
+from bertexp.util import fileio
+
+
+def load_version(path, version):
+  """The servable of one version folder: a SavedModel, or an ONNX model
+  (`bertexp export-onnx`) run by ONNX Runtime."""
+  if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+    return servable_lib.Servable(path, version)
+  from bertexp.serving import onnx_servable  # needs the [onnx] extra
+  return onnx_servable.OnnxServable(path, version)
 
 
 class ModelServer:
@@ -60,7 +72,7 @@ class ModelServer:
     with self._lock:
       self._status[newest] = ("LOADING", "")
     try:
-      loaded = servable_lib.Servable(found[newest], newest)
+      loaded = load_version(found[newest], newest)
     except Exception as e:  # pylint: disable=broad-except
       logging.exception("version %d of %s failed to load; still serving %s",
                         newest, self.name,

@@ -1,22 +1,30 @@
 """`bertexp export-onnx`: a run's checkpoint as ONNX Runtime models, float32
 and int8, checked against the Keras model they were written from.
 
-Writes MODEL_DIR/onnx/model_float32.onnx (see bertexp.serving.onnx_graph),
-model_int8.onnx (ONNX Runtime's dynamic quantization of the matmul and
-attention weights: int8 weights with a scale per output column, activations
-quantized per call) and
-onnx_report.json: each file's size and its agreement with the float32 Keras
-model on held-out token ids.
+Writes, in TF Serving's layout of numeric versions (so that `bertexp serve
+MODEL_DIR/onnx/int8` serves it, polling for new versions as for a
+SavedModel):
+
+    MODEL_DIR/onnx/float32/<version>/model.onnx   (bertexp.serving.onnx_graph)
+    MODEL_DIR/onnx/int8/<version>/model.onnx      ONNX Runtime's dynamic
+        quantization of the matmul and attention weights: int8 weights with a
+        scale per output column, activations quantized per call
+    MODEL_DIR/onnx/onnx_report.json               each file's size and its
+        agreement with the float32 Keras model on held-out token ids
+
+The version is seconds since the epoch, as for `--mode=export`.
 """
 import logging
 import os
+import time
 
 import numpy as np
 
 from bertexp.serving import onnx_graph
 from bertexp.util import fileio
 
-FLOAT_FILE, INT8_FILE = "model_float32.onnx", "model_int8.onnx"
+MODEL_FILE = "model.onnx"
+KINDS = ("float32", "int8")
 # What dynamic quantization touches: the weights of every matmul (MatMul
 # and the fused Attention's QKV projection). Embedding tables stay float32,
 # as TFLite's dynamic-range quantization leaves them.
@@ -64,14 +72,19 @@ def build_model_proto(model, label_names=None):
   return onnx_graph.model_proto(graph, outputs, shapes, producer="bertexp")
 
 
-def session(path, threads=None):
-  """An ONNX Runtime CPU session of `path`, every graph optimisation on."""
+def session(model, threads=None):
+  """An ONNX Runtime CPU session, every graph optimisation on.
+
+  Args:
+    model: a local .onnx path or the file's bytes.
+    threads: intra-op threads (default: ONNX Runtime's, one per core).
+  """
   import onnxruntime as ort
   options = ort.SessionOptions()
   options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
   if threads:
     options.intra_op_num_threads = threads
-  return ort.InferenceSession(path, options,
+  return ort.InferenceSession(model, options,
                               providers=["CPUExecutionProvider"])
 
 
@@ -97,7 +110,7 @@ def agreement(expected, got):
   return report
 
 
-def export_onnx(task, model, model_dir, inputs):
+def export_onnx(task, model, model_dir, inputs, version=None):
   """Writes MODEL_DIR/onnx/ (see the module docstring).
 
   Args:
@@ -105,49 +118,54 @@ def export_onnx(task, model, model_dir, inputs):
     model: its serving model, weights restored, float32.
     model_dir: the run.
     inputs: held-out token ids {name: int32 [N, S]} for the agreement check.
+    version: the version folder's number (default: seconds since the epoch).
   Returns:
     The report ({"float32": {...}, "int8": {...}}), also onnx_report.json.
   """
   import tempfile
-  from onnx import TensorProto
-  from onnxruntime.quantization import QuantType, quantize_dynamic
   import tensorflow as tf
-  folder = fileio.join(model_dir, "onnx")
-  fileio.makedirs(folder)
+  version = version or int(time.time())
   expected = {k: np.asarray(v) for k, v in task.serving_outputs(
       model(inputs, training=False)).items()}
   proto = build_model_proto(model, task.meta.get("label_names"))
   report = {}
   # ONNX Runtime reads local files: built in a local folder, then copied
-  # (MODEL_DIR may be gs://), each file atomically.
+  # (MODEL_DIR may be gs://); each version folder appears whole.
   with tempfile.TemporaryDirectory() as local:
-    paths = {"float32": os.path.join(local, FLOAT_FILE),
-             "int8": os.path.join(local, INT8_FILE)}
+    paths = {kind: os.path.join(local, f"{kind}.onnx") for kind in KINDS}
     with open(paths["float32"], "wb") as f:
       f.write(proto.SerializeToString())
-    quiet = logging.root.manager.disable
-    logging.disable(logging.INFO)       # a line per tensor otherwise
-    try:
-      quantize_dynamic(paths["float32"], paths["int8"],
-                       weight_type=QuantType.QInt8,
-                       op_types_to_quantize=QUANTIZED_OPS, per_channel=True,
-                       # ONNX's shape inference does not know the fused
-                       # com.microsoft ops: their outputs are float32.
-                       extra_options={"DefaultTensorType": TensorProto.FLOAT})
-    finally:
-      logging.disable(quiet)
+    quantize(paths["float32"], paths["int8"])
     for kind, path in paths.items():
+      target = fileio.join(model_dir, "onnx", kind, str(version))
       got = run(session(path), inputs)
-      target = fileio.join(folder, os.path.basename(path))
-      report[kind] = dict(path=target, bytes=os.path.getsize(path),
+      report[kind] = dict(path=fileio.join(target, MODEL_FILE),
+                          bytes=os.path.getsize(path),
                           examples=int(len(inputs["input_word_ids"])),
                           **agreement(expected, got))
-      with fileio.atomic_path(target) as tmp:
-        tf.io.gfile.copy(path, tmp, overwrite=True)
+      with fileio.atomic_folder(target) as tmp:
+        tf.io.gfile.copy(path, fileio.join(tmp, MODEL_FILE), overwrite=True)
       print(f"ONNX {kind}: {report[kind]['bytes'] / 1e6:.2f} MB, " + ", ".join(
           f"{k} {v:.4g}" for k, v in report[kind].items()
           if k.startswith(("max_abs", "argmax"))) +
           f" on {report[kind]['examples']} held-out examples -> {target}",
           flush=True)
-  fileio.write_json(fileio.join(folder, "onnx_report.json"), report)
+  fileio.write_json(fileio.join(model_dir, "onnx", "onnx_report.json"), report)
   return report
+
+
+def quantize(float_path, int8_path):
+  """ONNX Runtime's dynamic int8 quantization of QUANTIZED_OPS' weights,
+  per output column."""
+  from onnx import TensorProto
+  from onnxruntime.quantization import QuantType, quantize_dynamic
+  quiet = logging.root.manager.disable
+  logging.disable(logging.INFO)       # a line per tensor otherwise
+  try:
+    quantize_dynamic(float_path, int8_path, weight_type=QuantType.QInt8,
+                     op_types_to_quantize=QUANTIZED_OPS, per_channel=True,
+                     # ONNX's shape inference does not know the fused
+                     # com.microsoft ops: their outputs are float32.
+                     extra_options={"DefaultTensorType": TensorProto.FLOAT})
+  finally:
+    logging.disable(quiet)

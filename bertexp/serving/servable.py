@@ -35,28 +35,20 @@ class Signature:
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-class Servable:
-  """A SavedModel version, loaded and ready.
+class ServableBase:
+  """One loaded version and its signatures.
 
   Attributes:
     version: the numeric version.
     path: its folder.
     signatures: {name: Signature}.
-    signature_defs: the SavedModel's SignatureDef protos, {name: proto}
-      (what GetModelMetadata returns).
+    signature_defs: SignatureDef protos, {name: proto} (what
+      GetModelMetadata returns).
   """
-
-  def __init__(self, path, version):
-    import tensorflow_text  # noqa: F401  (serve_text's tokenizer ops)
-    from tensorflow.core.protobuf import saved_model_pb2
-    self.path, self.version = path, version
-    self._loaded = tf.saved_model.load(path)
-    self.signatures = {name: Signature(name, fn) for name, fn in
-                       self._loaded.signatures.items()}
-    proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString(fileio.read_bytes(fileio.join(path,
-                                                        "saved_model.pb")))
-    self.signature_defs = dict(proto.meta_graphs[0].signature_def)
+  version: int
+  path: str
+  signatures: dict
+  signature_defs: dict
 
   def signature(self, name):
     """The signature `name` ("" means serving_default).
@@ -70,6 +62,22 @@ class Servable:
           "INVALID_ARGUMENT", f"Serving signature name: \"{name}\" not found "
           f"in signature def (this model has {sorted(self.signatures)})")
     return self.signatures[name]
+
+
+class Servable(ServableBase):
+  """A SavedModel version, loaded and ready (see ServableBase)."""
+
+  def __init__(self, path, version):
+    import tensorflow_text  # noqa: F401  (serve_text's tokenizer ops)
+    from tensorflow.core.protobuf import saved_model_pb2
+    self.path, self.version = path, version
+    self._loaded = tf.saved_model.load(path)
+    self.signatures = {name: Signature(name, fn) for name, fn in
+                       self._loaded.signatures.items()}
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(fileio.read_bytes(fileio.join(path,
+                                                        "saved_model.pb")))
+    self.signature_defs = dict(proto.meta_graphs[0].signature_def)
 
 
 def check_inputs(signature, inputs, *, max_text_bytes):

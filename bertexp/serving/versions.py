@@ -1,9 +1,13 @@
-"""Versioned exports in TF Serving's layout: BASE/<version>/saved_model.pb,
-the version a positive integer; other names (bertexp's `*.tmp-*` folders
-while an export is written) are not versions."""
+"""Versioned exports in TF Serving's layout: BASE/<version>/saved_model.pb
+(or model.onnx, what `bertexp export-onnx` writes), the version a positive
+integer; other names (bertexp's `*.tmp-*` folders while an export is
+written) are not versions."""
 import tensorflow as tf
 
 from bertexp.util import fileio
+
+# What makes a folder a version: TensorFlow's SavedModel, or export-onnx's.
+MODEL_FILES = ("saved_model.pb", "model.onnx")
 
 
 def versions_folder(path):
@@ -18,30 +22,32 @@ def versions_folder(path):
       return folder
   raise FileNotFoundError(f"{path}: no exported model (a MODEL_DIR after "
                           "--mode=export, or a folder of numeric version "
-                          "folders holding saved_model.pb)")
+                          "folders holding saved_model.pb or model.onnx)")
 
 
 def list_versions(folder):
   """{version: path} of the complete versions in `folder` (with a
-  saved_model.pb), in no particular order."""
+  saved_model.pb or a model.onnx), in no particular order."""
   found = {}
   for name in tf.io.gfile.listdir(folder):
     name = name.strip("/")
     if name.isdigit() and int(name) > 0:
       path = fileio.join(folder, name)
-      if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+      if any(tf.io.gfile.exists(fileio.join(path, model_file))
+             for model_file in MODEL_FILES):
         found[int(name)] = path
   return found
 
 
 def resolve_export_dir(path):
-  """A SavedModel folder; an export/ folder or a MODEL_DIR gives its newest
-  version.
+  """A version folder (a SavedModel, or an ONNX model); an export/ folder or
+  a MODEL_DIR gives its newest version.
 
   Raises:
-    FileNotFoundError: no SavedModel there.
+    FileNotFoundError: no exported model there.
   """
-  if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
+  if any(tf.io.gfile.exists(fileio.join(path, model_file))
+         for model_file in MODEL_FILES):
     return path
   found = list_versions(versions_folder(path))
   return found[max(found)]

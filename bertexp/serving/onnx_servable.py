@@ -1,0 +1,72 @@
+"""An ONNX model version (`bertexp export-onnx`) behind `bertexp serve`: its
+one signature, serving_default on token ids, run by ONNX Runtime, with the
+same checks, errors and batching as a SavedModel's.
+
+Shape legend: B batch (rows of a request), S sequence length.
+"""
+import numpy as np
+import tensorflow as tf
+
+from bertexp.serving import servable as servable_lib
+from bertexp.serving import onnx_export
+from bertexp.util import fileio
+
+_DTYPES = {"tensor(float)": tf.float32, "tensor(int32)": tf.int32,
+           "tensor(int64)": tf.int64, "tensor(string)": tf.string}
+
+
+def _spec(node):
+  """The tf.TensorSpec of an ONNX Runtime input or output (named dims are
+  unknown)."""
+  shape = [d if isinstance(d, int) else None for d in node.shape]
+  return tf.TensorSpec(shape, _DTYPES[node.type], node.name)
+
+
+class OnnxSignature:
+  """serving_default of an ONNX model (see servable.Signature).
+
+  Attributes:
+    name: "serving_default".
+    inputs: {input name: tf.TensorSpec}, int32 [B, S] token ids.
+    outputs: {output name: tf.TensorSpec}.
+  """
+
+  def __init__(self, session):
+    self.name = servable_lib.DEFAULT_SIGNATURE
+    self._session = session
+    self.inputs = {n.name: _spec(n) for n in session.get_inputs()}
+    self.outputs = {n.name: _spec(n) for n in session.get_outputs()}
+
+  def __call__(self, inputs):
+    """{name: numpy [B, S]} -> {output name: numpy [B, ...]} (strings as
+    bytes, as a SavedModel returns them)."""
+    outputs = onnx_export.run(self._session, inputs)
+    return {name: (np.array([v.encode("utf-8") for v in value], dtype=object)
+                   if value.dtype == object else value)
+            for name, value in outputs.items()}
+
+
+class OnnxServable(servable_lib.ServableBase):
+  """A version folder holding model.onnx, loaded (see ServableBase)."""
+
+  def __init__(self, path, version):
+    self.path, self.version = path, version
+    # Read as bytes: the folder may be on gs://, ONNX Runtime reads locally.
+    content = fileio.read_bytes(fileio.join(path, onnx_export.MODEL_FILE))
+    signature = OnnxSignature(onnx_export.session(content))
+    self.signatures = {signature.name: signature}
+    self.signature_defs = {signature.name: signature_def(signature)}
+
+
+def signature_def(signature):
+  """The SignatureDef proto GetModelMetadata returns for `signature`."""
+  from tensorflow.core.protobuf import meta_graph_pb2
+  proto = meta_graph_pb2.SignatureDef(
+      method_name="tensorflow/serving/predict")
+  for field, specs in ((proto.inputs, signature.inputs),
+                       (proto.outputs, signature.outputs)):
+    for name, spec in specs.items():
+      field[name].name = name
+      field[name].dtype = spec.dtype.as_datatype_enum
+      field[name].tensor_shape.CopyFrom(spec.shape.as_proto())
+  return proto

@@ -120,6 +120,11 @@ def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
   assert report["float32"]["max_abs_diff_probabilities"] < 1e-5
   assert report["int8"]["argmax_agreement_probabilities"] >= 0.9
   assert report["int8"]["bytes"] < 0.8 * report["float32"]["bytes"]
-  assert sorted(os.listdir(folder)) == ["model_float32.onnx",
-                                        "model_int8.onnx", "onnx_report.json"]
+  assert sorted(os.listdir(folder)) == ["float32", "int8", "onnx_report.json"]
+  for kind in ("float32", "int8"):       # one version each, TF Serving's way
+    (version,) = os.listdir(os.path.join(folder, kind))
+    assert version.isdigit() and os.listdir(os.path.join(
+        folder, kind, version)) == ["model.onnx"]
+    assert report[kind]["path"] == os.path.join(folder, kind, version,
+                                                "model.onnx")
   assert "ONNX int8" in capsys.readouterr().out

@@ -55,7 +55,20 @@ def _export(root, tflite=False):
   export.export_saved_model(task, model, model_dir, version=1)
   if tflite:
     _write_tflite_files(model_dir)
+    _write_onnx_files(model, task, model_dir)
   return model_dir
+
+
+def _write_onnx_files(model, task, model_dir):
+  """What export-onnx writes, version 1: onnx/{float32,int8}/1/model.onnx."""
+  from bertexp.serving import onnx_export
+  proto = onnx_export.build_model_proto(model, task.meta["label_names"])
+  for kind in ("float32", "int8"):
+    os.makedirs(f"{model_dir}/onnx/{kind}/1")
+  float_path = f"{model_dir}/onnx/float32/1/model.onnx"
+  with open(float_path, "wb") as f:
+    f.write(proto.SerializeToString())
+  onnx_export.quantize(float_path, f"{model_dir}/onnx/int8/1/model.onnx")
 
 
 def _write_tflite_files(model_dir, length=16):
@@ -139,7 +152,8 @@ def served(tmp_path_factory):
   with open(config, "w") as f:
     f.write('model_config_list { config { name: "tiny" base_path: "model" '
             'model_platform: "tensorflow" } config { name: "scores" '
-            f'base_path: "{regression_dir}" }} }}\n')
+            f'base_path: "{regression_dir}" }} config {{ name: "tiny_onnx" '
+            'base_path: "model/onnx/float32" } }\n')
   process, rest, grpc_port = _start(
       None, f"--model_config_file={config}",
       f"--batching_parameters_file={batching}",
@@ -243,6 +257,45 @@ def test_grpc_predict_metadata_and_status_with_tf_serving_stubs(served):
   rest_status = requests.get(served["url"], timeout=60).json()
   assert any(s["state"] == "AVAILABLE"
              for s in rest_status["model_version_status"])
+
+
+def test_onnx_model_is_served_with_the_savedmodels_outputs(served):
+  tokens = {"input_word_ids": [[2, 5, 6, 7, 8, 3], [2, 11, 20, 12, 16, 3],
+                               [2, 9, 10, 3, 0, 0]],
+            "input_mask": [[1] * 6, [1] * 6, [1, 1, 1, 1, 0, 0]],
+            "input_type_ids": [[0] * 6] * 3}
+  want = served["loaded"].signatures["serving_default"](
+      **{k: tf.constant(v, tf.int32) for k, v in tokens.items()})
+  assert np.ptp(want["probabilities"].numpy()[:, 1]) > 1e-3     # 100 x tol
+  url = f"{served['base']}/v1/models/tiny_onnx"
+  reply = requests.post(f"{url}:predict", json={"inputs": tokens}, timeout=60)
+  assert reply.status_code == 200, reply.text
+  np.testing.assert_allclose(reply.json()["outputs"]["probabilities"],
+                             want["probabilities"].numpy(), atol=1e-5)
+  assert reply.json()["outputs"]["label"] == [
+      l.decode() for l in want["label"].numpy()]
+  stub = prediction_service_pb2_grpc.PredictionServiceStub(served["channel"])
+  request = predict_pb2.PredictRequest()
+  request.model_spec.name = "tiny_onnx"
+  for name, value in tokens.items():
+    request.inputs[name].CopyFrom(tf.make_tensor_proto(value, tf.int32))
+  response = stub.Predict(request, timeout=60)
+  np.testing.assert_allclose(tf.make_ndarray(response.outputs["probabilities"]),
+                             want["probabilities"].numpy(), atol=1e-5)
+  meta = requests.get(f"{url}/metadata", timeout=60).json()
+  signature = meta["metadata"]["signature_def"]["signature_def"][
+      "serving_default"]
+  assert set(signature["inputs"]) == set(tokens)
+  assert set(signature["outputs"]) == {"probabilities", "label"}
+  # An id past the vocabulary and a signature it lacks: errors, still up.
+  bad = dict(tokens, input_word_ids=[[2, 5, 6, 7, 99, 3]] * 3)
+  reply = requests.post(f"{url}:predict", json={"inputs": bad}, timeout=60)
+  assert reply.status_code == 400 and "out of range" in reply.json()["error"]
+  reply = requests.post(f"{url}:predict", json={
+      "signature_name": "serve_text", "instances": ["good"]}, timeout=60)
+  assert reply.status_code == 400 and "serving_default" in reply.json()["error"]
+  assert requests.post(f"{url}:predict", json={"inputs": tokens},
+                       timeout=60).status_code == 200
 
 
 def _batch_calls(served):
@@ -382,13 +435,16 @@ def test_benchmark_measures_every_path_with_its_environment(served):
         make_call, benchmark.token_ids(8, 25), clients=3, seconds=0.2)))
   # TFLite files run at their fixed length (max_seq_length 16).
   assert [(r["path"], r["tokens"]) for r in report["latency"]] == [
-      ("savedmodel", 8), ("savedmodel", 24), ("tflite-float", 16),
-      ("tflite-int8", 16), ("grpc", 8), ("rest", 8)]
+      ("savedmodel", 8), ("savedmodel", 24), ("onnx-float32", 8),
+      ("onnx-float32", 24), ("onnx-int8", 8), ("onnx-int8", 24),
+      ("tflite-float", 16), ("tflite-int8", 16), ("grpc", 8), ("rest", 8)]
   for row in report["latency"]:
     assert row["calls"] == 6 and 0 < row["p50_ms"] <= row["p90_ms"] <= \
         row["p99_ms"], row
   assert [(r["path"], r["clients"]) for r in report["throughput"]] == [
-      ("savedmodel", 1), ("savedmodel", 3), ("tflite-float", 1),
+      ("savedmodel", 1), ("savedmodel", 3), ("onnx-float32", 1),
+      ("onnx-float32", 3), ("onnx-int8", 1), ("onnx-int8", 3),
+      ("tflite-float", 1),
       ("tflite-float", 3), ("tflite-int8", 1), ("tflite-int8", 3),
       ("grpc", 3), ("rest", 3)]
   assert all(r["requests"] >= r["clients"] for r in report["throughput"])

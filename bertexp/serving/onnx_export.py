@@ -82,6 +82,7 @@ def session(model, threads=None):
   import onnxruntime as ort
   options = ort.SessionOptions()
   options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+  options.log_severity_level = 4    # refused inputs raise; no stderr copy
   if threads:
     options.intra_op_num_threads = threads
   return ort.InferenceSession(model, options,

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from bertexp.serving import servable as servable_lib
 from bertexp.serving import onnx_export
+from bertexp.serving.errors import ServingError
 from bertexp.util import fileio
 
 _DTYPES = {"tensor(float)": tf.float32, "tensor(int32)": tf.int32,
@@ -39,8 +40,17 @@ class OnnxSignature:
 
   def __call__(self, inputs):
     """{name: numpy [B, S]} -> {output name: numpy [B, ...]} (strings as
-    bytes, as a SavedModel returns them)."""
-    outputs = onnx_export.run(self._session, inputs)
+    bytes, as a SavedModel returns them).
+
+    Raises:
+      ServingError: INVALID_ARGUMENT when ONNX Runtime refuses the inputs
+        (an id outside the vocabulary, a sequence past the position table).
+    """
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
+    try:
+      outputs = onnx_export.run(self._session, inputs)
+    except ort_errors.InvalidArgument as e:     # e.g. an id past the vocab
+      raise ServingError("INVALID_ARGUMENT", str(e)) from None
     return {name: (np.array([v.encode("utf-8") for v in value], dtype=object)
                    if value.dtype == object else value)
             for name, value in outputs.items()}

@@ -12,6 +12,7 @@ the graph, as `bertexp prepare` does), in batches of `batch_size`.
 import tensorflow as tf
 
 from bertexp.serving.versions import resolve_export_dir
+from bertexp.util import fileio
 
 
 def _text(value, what):
@@ -53,6 +54,11 @@ class Predictor:
     import tensorflow_text  # noqa: F401  (registers serve_text's tokenizer ops)
     self.export_dir = resolve_export_dir(export_dir)
     self.batch_size = batch_size
+    if not tf.io.gfile.exists(fileio.join(self.export_dir, "saved_model.pb")):
+      raise ValueError(f"{self.export_dir}: an ONNX model; the Predictor "
+                       "reads SavedModel exports (--mode=export), which "
+                       "carry the tokenizer; serve ONNX models on token ids "
+                       "with bertexp serve")
     self._loaded = tf.saved_model.load(self.export_dir)
     if "serve_text" not in self._loaded.signatures:
       raise ValueError(f"{self.export_dir}: exported without a serve_text "

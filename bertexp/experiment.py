@@ -300,14 +300,33 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   model = task.serving_model(model)
   if mode == "export":
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
-  held_out, _ = next(iter(task.build_inputs("eval", batch_size=256)))
-  real = held_out["example_weight"] > 0
-  inputs = {k: tf.boolean_mask(held_out[k], real)
-            for k in ("input_word_ids", "input_mask", "input_type_ids")}
   if mode == "export_onnx":
     from bertexp.serving import onnx_export  # needs the [onnx] extra
-    return onnx_export.export_onnx(task, model, model_dir, inputs)
+    inputs, labels = _held_out(task, max_examples=onnx_export.MAX_EXAMPLES)
+    return onnx_export.export_onnx(task, model, model_dir, inputs, labels)
+  inputs, _ = _held_out(task, max_examples=256)
   return export_lib.export_tflite(task, model, model_dir, inputs)
+
+
+def _held_out(task, max_examples):
+  """Up to `max_examples` real rows of the evaluation data: (token ids
+  {name: [N, S]}, labels [N] when every batch carries them, else None)."""
+  names = ("input_word_ids", "input_mask", "input_type_ids")
+  inputs, labels, batches = {name: [] for name in names}, [], 0
+  for features, batch_labels in task.build_inputs("eval", batch_size=256):
+    real = features["example_weight"] > 0
+    for name in names:
+      inputs[name].append(tf.boolean_mask(features[name], real))
+    if isinstance(batch_labels, tf.Tensor) and batch_labels.shape.rank == 1:
+      labels.append(tf.boolean_mask(batch_labels, real))
+    batches += 1
+    if sum(len(part) for part in inputs["input_mask"]) >= max_examples:
+      break
+  inputs = {name: tf.concat(parts, 0)[:max_examples]
+            for name, parts in inputs.items()}
+  if len(labels) != batches:
+    return inputs, None
+  return inputs, tf.concat(labels, 0)[:max_examples].numpy()
 
 
 def _predict_after_training(model_dir, checkpoint_path, task, strategy,

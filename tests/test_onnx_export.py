@@ -119,6 +119,8 @@ def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
   assert report["float32"]["argmax_agreement_probabilities"] == 1.0
   assert report["float32"]["max_abs_diff_probabilities"] < 1e-5
   assert report["int8"]["argmax_agreement_probabilities"] >= 0.9
+  # The labelled evaluation rows: float32 ONNX classifies as Keras does.
+  assert report["float32"]["accuracy"] == report["float32"]["keras_accuracy"]
   assert report["int8"]["bytes"] < 0.8 * report["float32"]["bytes"]
   assert sorted(os.listdir(folder)) == ["float32", "int8", "onnx_report.json"]
   for kind in ("float32", "int8"):       # one version each, TF Serving's way

@@ -5,7 +5,9 @@ bertexp's paths against what users would pick instead, in one run.
 
 bertexp: `bertexp benchmark-serving` of the run (its SavedModel in process,
 through `bertexp serve` over gRPC and REST, its TFLite float and int8
-files). References: the same weights through bertexp's own Hugging Face
+files, its ONNX float32 and int8 models from `bertexp export-onnx` in
+process and the int8 one through gRPC), and of the distilled 3-layer
+student of `make demo-distill` when there is one (rows "student ..."). References: the same weights through bertexp's own Hugging Face
 export (`convert-checkpoint --to=huggingface`), in PyTorch eager and ONNX
 Runtime float32 and int8 (tools/serving_reference.py in the venv
 .cache/bench_hf), same token ids, same threads. One table of p50 latency
@@ -33,6 +35,10 @@ def main():
   parser.add_argument("--run", default=os.path.join(REPO, "runs", "demo"))
   parser.add_argument("--calls", type=int, default=200)
   parser.add_argument("--lengths", default="16,128")
+  parser.add_argument("--student", default=os.path.join(
+      REPO, "runs", "distill_l3_distilled_seed1"),
+                      help="a distilled student's run (make demo-distill): "
+                           "its SavedModel and ONNX rows too, if it exists")
   args = parser.parse_args()
   run = args.run
   if not os.path.isdir(os.path.join(run, "export")):
@@ -40,6 +46,7 @@ def main():
   if not os.path.exists(os.path.join(run, "tflite", "model_int8.tflite")):
     _bertexp("export-tflite", "--gin_file=experiments/demo/movie_sentiment_cpu.gin",
              f"--gin_param=MODEL_DIR=\"{run}\"")
+  _export_onnx(run, "experiments/demo/movie_sentiment_cpu.gin")
   hf_dir = os.path.join(run, "hf")
   if not os.path.exists(os.path.join(hf_dir, "config.json")):
     _bertexp("convert-checkpoint", "--to=huggingface", f"--input={run}",
@@ -54,11 +61,29 @@ def main():
                   f"--output={reference_file}"], check=True)
   with open(ours_file) as f:
     ours = json.load(f)
+  if os.path.isdir(args.student):
+    _export_onnx(args.student,
+                 "experiments/demo/movie_sentiment_distill_cpu.gin")
+    student_file = os.path.join(args.student, "serving_benchmark.json")
+    _bertexp("benchmark-serving", args.student, "--no_server",
+             f"--lengths={args.lengths}", f"--calls={args.calls}",
+             "--clients=1", f"--output_json={student_file}")
+    with open(student_file) as f:
+      ours["latency"] += [dict(row, path=f"student {row['path']}")
+                          for row in json.load(f)["latency"]
+                          if not row["path"].startswith("tflite")]
   with open(reference_file) as f:
     reference = json.load(f)
   print(table(ours, reference))
   with open(os.path.join(run, "serving_bench.json"), "w") as f:
     json.dump({"bertexp": ours, "reference": reference}, f, indent=2)
+
+
+def _export_onnx(run, gin_file):
+  """export-onnx of `run` unless its onnx/ folder is there."""
+  if not os.path.isdir(os.path.join(run, "onnx", "int8")):
+    _bertexp("export-onnx", f"--gin_file={gin_file}",
+             f"--gin_param=MODEL_DIR=\"{run}\"")
 
 
 def table(ours, reference):
@@ -70,13 +95,13 @@ def table(ours, reference):
            f"{' '.join(env['flags'])}; TensorFlow {env['tensorflow']}; "
            + ", ".join(f"{k} {v}" for k, v in reference["versions"].items())
            + f"; reference threads {reference['threads']}", "",
-           f"{'path (batch 1)':<22}{'tokens':>7}{'p50 ms':>9}{'p99 ms':>9}"
+           f"{'path (batch 1)':<28}{'tokens':>7}{'p50 ms':>9}{'p99 ms':>9}"
            f"{'/ ORT fp32':>12}{'/ ORT int8':>12}"]
   for row in rows:
     fp32 = p50.get(("onnxruntime-float32", row["tokens"]))
     int8 = p50.get(("onnxruntime-int8", row["tokens"]))
     ratio = lambda ref: f"{row['p50_ms'] / ref:>11.2f}x" if ref else f"{'-':>12}"
-    lines.append(f"{row['path']:<22}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
+    lines.append(f"{row['path']:<28}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
                  f"{row['p99_ms']:>9.2f}{ratio(fp32)}{ratio(int8)}")
   return "\n".join(lines)
 

@@ -105,8 +105,7 @@ def onnx_path(path):
   """make_call for an ONNX model (export-onnx's) in ONNX Runtime, in this
   process; one session shared by every client, as a server would."""
   from bertexp.serving import onnx_export  # needs the [onnx] extra
-  session = onnx_export.session(fileio.read_bytes(path),
-                                threads=os.cpu_count())
+  session = onnx_export.session(fileio.read_bytes(path))
 
   def make_call():
     return lambda inputs: onnx_export.run(session, inputs)

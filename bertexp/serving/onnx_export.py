@@ -29,6 +29,8 @@ KINDS = ("float32", "int8")
 # and the fused Attention's QKV projection). Embedding tables stay float32,
 # as TFLite's dynamic-range quantization leaves them.
 QUANTIZED_OPS = ["MatMul", "Attention"]
+# Held-out rows the report compares on (the first of the evaluation data).
+MAX_EXAMPLES = 2048
 
 
 def build_model_proto(model, label_names=None):
@@ -77,14 +79,14 @@ def session(model, threads=None):
 
   Args:
     model: a local .onnx path or the file's bytes.
-    threads: intra-op threads (default: ONNX Runtime's, one per core).
+    threads: intra-op threads (default: one per logical core, as
+      TensorFlow takes them).
   """
   import onnxruntime as ort
   options = ort.SessionOptions()
   options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
   options.log_severity_level = 4    # refused inputs raise; no stderr copy
-  if threads:
-    options.intra_op_num_threads = threads
+  options.intra_op_num_threads = threads or os.cpu_count()
   return ort.InferenceSession(model, options,
                               providers=["CPUExecutionProvider"])
 
@@ -96,11 +98,17 @@ def run(onnx_session, inputs):
   return dict(zip(names, onnx_session.run(names, feed)))
 
 
-def agreement(expected, got):
+def agreement(expected, got, labels=None):
   """How an ONNX model's outputs match the Keras model's on the same rows:
-  max |difference| of every float output, and argmax agreement of
-  probabilities / span logits."""
+  max |difference| of every float output, argmax agreement of
+  probabilities / span logits, and with a classifier's `labels` [N] both
+  models' accuracy."""
   report = {}
+  if labels is not None and "probabilities" in got:
+    report["accuracy"] = float((got["probabilities"].argmax(-1) ==
+                                labels).mean())
+    report["keras_accuracy"] = float((expected["probabilities"].argmax(-1) ==
+                                      labels).mean())
   for name, want in expected.items():
     if want.dtype.kind != "f":
       continue
@@ -111,7 +119,7 @@ def agreement(expected, got):
   return report
 
 
-def export_onnx(task, model, model_dir, inputs, version=None):
+def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
   """Writes MODEL_DIR/onnx/ (see the module docstring).
 
   Args:
@@ -119,6 +127,8 @@ def export_onnx(task, model, model_dir, inputs, version=None):
     model: its serving model, weights restored, float32.
     model_dir: the run.
     inputs: held-out token ids {name: int32 [N, S]} for the agreement check.
+    labels: their labels [N] (a classifier's accuracy in the report) or
+      None.
     version: the version folder's number (default: seconds since the epoch).
   Returns:
     The report ({"float32": {...}, "int8": {...}}), also onnx_report.json.
@@ -126,8 +136,9 @@ def export_onnx(task, model, model_dir, inputs, version=None):
   import tempfile
   import tensorflow as tf
   version = version or int(time.time())
-  expected = {k: np.asarray(v) for k, v in task.serving_outputs(
-      model(inputs, training=False)).items()}
+  expected = _in_batches(lambda rows: {
+      k: np.asarray(v) for k, v in task.serving_outputs(
+          model(rows, training=False)).items()}, inputs)
   proto = build_model_proto(model, task.meta.get("label_names"))
   report = {}
   # ONNX Runtime reads local files: built in a local folder, then copied
@@ -139,20 +150,30 @@ def export_onnx(task, model, model_dir, inputs, version=None):
     quantize(paths["float32"], paths["int8"])
     for kind, path in paths.items():
       target = fileio.join(model_dir, "onnx", kind, str(version))
-      got = run(session(path), inputs)
+      onnx_session = session(path)
+      got = _in_batches(lambda rows: run(onnx_session, rows), inputs)
       report[kind] = dict(path=fileio.join(target, MODEL_FILE),
                           bytes=os.path.getsize(path),
                           examples=int(len(inputs["input_word_ids"])),
-                          **agreement(expected, got))
+                          **agreement(expected, got, labels))
       with fileio.atomic_folder(target) as tmp:
         tf.io.gfile.copy(path, fileio.join(tmp, MODEL_FILE), overwrite=True)
       print(f"ONNX {kind}: {report[kind]['bytes'] / 1e6:.2f} MB, " + ", ".join(
           f"{k} {v:.4g}" for k, v in report[kind].items()
-          if k.startswith(("max_abs", "argmax"))) +
+          if k.startswith(("max_abs", "argmax", "accuracy"))) +
           f" on {report[kind]['examples']} held-out examples -> {target}",
           flush=True)
   fileio.write_json(fileio.join(model_dir, "onnx", "onnx_report.json"), report)
   return report
+
+
+def _in_batches(call, inputs, batch_size=256):
+  """call(rows) on `inputs` [N, ...] 256 rows at a time, outputs joined."""
+  size = len(inputs["input_word_ids"])
+  parts = [call({k: np.asarray(v)[start:start + batch_size]
+                 for k, v in inputs.items()})
+           for start in range(0, size, batch_size)]
+  return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
 
 
 def quantize(float_path, int8_path):

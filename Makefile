@@ -151,12 +151,16 @@ demo-squad: demo-data
 # Distillation: runs/demo's MiniLM-L6 (made first when missing) teaches a
 # 3-layer student (teacher layers 0, 2, 4) and a 2-layer one (0, 3), on the
 # labelled sentences and, in one row, on 13,098 unlabelled tweets, product
-# reviews and news editorials too; the same 3-layer student trained on labels
-# alone is the baseline; one table.
+# reviews and news editorials too. Baselines: the same 3-layer student
+# trained on labels alone, from the teacher's layers and from pretrained
+# MiniLM's layers 0-2 (no teacher at all), the latter also distilled with
+# the unlabelled text; one table.
 DISTILL_SEEDS ?= 1 2 3
 UNLABELLED := .cache/data/snippets
 WITH_UNLABELLED := --gin_param='UNLABELLED_DATA="$(UNLABELLED)/snippets_train.tf_record"' \
   --gin_param='UNLABELLED_META_DATA="$(UNLABELLED)/snippets_meta_data"'
+# A student from pretrained MiniLM's layers 0-2 instead of the teacher's.
+PRETRAINED_STUDENT := STUDENT_INIT=\"checkpoint\" INIT_CHECKPOINT=\".cache/minilm_l6/bert_model.ckpt\"
 # The teacher's outputs, computed once for every seed and student.
 TARGETS := runs/distill_targets
 DISTILL := $(BERTEXP) train --gin_file=experiments/demo/movie_sentiment_distill_cpu.gin
@@ -175,12 +179,13 @@ demo-distill: demo-data
 	$(DISTILL) --gin_param='MODEL_DIR="$(TARGETS)/unlabelled"' $(WITH_UNLABELLED) \
 	  --gin_param='TEACHER_TARGETS="$(TARGETS)/unlabelled"' --mode=distill_targets
 	for seed in $(DISTILL_SEEDS); do \
-	  for kind in distilled labels_only unlabelled; do \
+	  for kind in distilled labels_only unlabelled pre_labels_only pre_unlabelled; do \
 	    dir=runs/distill_l3_$${kind}_seed$$seed; rm -rf $$dir; \
+	    case $$kind in pre_*) weights="$(PRETRAINED_STUDENT)";; *) weights="";; esac; \
 	    case $$kind in \
 	      distilled) weights="DISTILL_WEIGHT=1.0 TEACHER_TARGETS=\"$(TARGETS)/labelled\"";; \
-	      labels_only) weights="DISTILL_WEIGHT=0.0 LABEL_WEIGHT=1.0";; \
-	      unlabelled) weights="UNLABELLED_DATA=\"$(UNLABELLED)/snippets_train.tf_record\" UNLABELLED_META_DATA=\"$(UNLABELLED)/snippets_meta_data\" TEACHER_TARGETS=\"$(TARGETS)/unlabelled\"";; \
+	      *labels_only) weights="$$weights DISTILL_WEIGHT=0.0 LABEL_WEIGHT=1.0";; \
+	      *unlabelled) weights="$$weights UNLABELLED_DATA=\"$(UNLABELLED)/snippets_train.tf_record\" UNLABELLED_META_DATA=\"$(UNLABELLED)/snippets_meta_data\" TEACHER_TARGETS=\"$(TARGETS)/unlabelled\"";; \
 	    esac; \
 	    $(DISTILL) --gin_param=SEED=$$seed --gin_param="MODEL_DIR=\"$$dir\"" \
 	      $$(for w in $$weights; do echo --gin_param=$$w; done) --mode=train_and_eval || exit 1; \
@@ -198,6 +203,8 @@ demo-distill: demo-data
 	  '3-layer student, distilled=runs/distill_l3_distilled_seed*' \
 	  '3-layer student, distilled + unlabelled text=runs/distill_l3_unlabelled_seed*' \
 	  '3-layer student, labels only=runs/distill_l3_labels_only_seed*' \
+	  '3-layer student from pretrained MiniLM layers, distilled + unlabelled text=runs/distill_l3_pre_unlabelled_seed*' \
+	  '3-layer student from pretrained MiniLM layers, labels only (no teacher)=runs/distill_l3_pre_labels_only_seed*' \
 	  '2-layer student, distilled=runs/distill_l2_distilled'
 
 test: setup

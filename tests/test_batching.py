@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bertexp.serving.batching import BatchingParameters, BatchScheduler
 from bertexp.serving.errors import ServingError
@@ -78,3 +79,16 @@ def test_requests_merge_up_to_the_limit_and_get_their_own_rows():
   scheduler.close()
   # Full batches go at once; different keys never share a call.
   assert sorted(calls) == [("a", 2), ("a", 5), ("b", 2)]
+
+
+def test_response_tensor_protos_read_back_as_the_arrays_they_hold():
+  from bertexp.serving import grpc_api
+  arrays = [np.random.default_rng(0).random((3, 2)).astype(np.float32),
+            np.arange(6, dtype=np.int32).reshape(2, 3),
+            np.arange(4, dtype=np.int64)[::2],           # not contiguous
+            np.array(1.5, np.float32), np.zeros([2, 0], np.float32),
+            np.array([b"pos", "négatif".encode()], dtype=object)]
+  for array in arrays:
+    got = tf.make_ndarray(grpc_api.tensor_proto(array))
+    assert got.dtype == array.dtype and got.shape == array.shape
+    assert (got == array).all()

@@ -145,13 +145,16 @@ def _as_array(name, value, spec, max_text_bytes):
       if not (array.dtype.kind in "iuf" and spec.dtype.is_floating):
         raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
                            f"{expected}, got {array.dtype.name} values")
-    if spec.dtype.is_integer and array.size and (
-        array.min() < spec.dtype.min or array.max() > spec.dtype.max):
-      raise ServingError("INVALID_ARGUMENT", f"input {name}: values outside "
-                         f"{spec.dtype.name}")
-    array = array.astype(spec.dtype.as_numpy_dtype)
-  if array.ndim != len(spec.shape) or not spec.shape.is_compatible_with(
-      array.shape):
+    numpy_dtype = spec.dtype.as_numpy_dtype
+    if spec.dtype.is_integer and array.size:
+      bounds = np.iinfo(numpy_dtype)
+      if array.min() < bounds.min or array.max() > bounds.max:
+        raise ServingError("INVALID_ARGUMENT", f"input {name}: values "
+                           f"outside {spec.dtype.name}")
+    array = array.astype(numpy_dtype, copy=False)
+  if array.ndim != len(spec.shape) or any(
+      want is not None and want != got
+      for want, got in zip(spec.shape.as_list(), array.shape)):
     raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
                        f"{expected}, got shape {list(array.shape)}")
   return array

@@ -184,3 +184,23 @@ def tiny_trainer(task, replicas, make_optimizer, batch, total_steps,
       settings=trainer_lib.StepSettings(global_batch_size=batch,
                                         eval_batch_size=batch, **step_settings),
       total_steps=total_steps, train_dataset=dataset)
+
+
+def start_server(model_dir, *flags, name="tiny"):
+  """`bertexp serve` in a subprocess on free localhost ports: (process,
+  REST port, gRPC port)."""
+  import re
+  import subprocess
+  import sys
+  env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+  where = [model_dir, f"--model_name={name}"] if model_dir else []
+  process = subprocess.Popen(
+      [sys.executable, "-m", "bertexp.cli", "serve", *where,
+       "--rest_port=0", "--grpc_port=0", "--host=127.0.0.1", *flags],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+  line = process.stdout.readline()
+  match = re.search(r"REST port (\d+), gRPC port (\d+)", line)
+  if not match:
+    process.kill()
+    pytest.fail(f"no server: {line}{process.stderr.read()[-3000:]}")
+  return process, int(match[1]), int(match[2])

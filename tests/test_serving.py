@@ -10,8 +10,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -24,7 +22,7 @@ from tensorflow_serving.apis import (get_model_metadata_pb2,
                                      get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
-from conftest import TINY_VOCAB, tiny_sst2_task
+from conftest import TINY_VOCAB, start_server, tiny_sst2_task
 
 TEXTS = ["the movie was good", "a dull film .", "it is not fun", "very bad",
          "great !", "the plot is dull and the film is not good", "fun", "a"]
@@ -125,21 +123,6 @@ def _export_regression(root, vocab):
   return model_dir
 
 
-def _start(model_dir, *flags, name="tiny"):
-  env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-  where = [model_dir, f"--model_name={name}"] if model_dir else []
-  process = subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", "serve", *where,
-       "--rest_port=0", "--grpc_port=0", "--host=127.0.0.1", *flags],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-  line = process.stdout.readline()
-  match = re.search(r"REST port (\d+), gRPC port (\d+)", line)
-  if not match:
-    process.kill()
-    pytest.fail(f"no server: {line}{process.stderr.read()[-3000:]}")
-  return process, int(match[1]), int(match[2])
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("serving"))
@@ -154,7 +137,7 @@ def served(tmp_path_factory):
             'model_platform: "tensorflow" } config { name: "scores" '
             f'base_path: "{regression_dir}" }} config {{ name: "tiny_onnx" '
             'base_path: "model/onnx/float32" } }\n')
-  process, rest, grpc_port = _start(
+  process, rest, grpc_port = start_server(
       None, f"--model_config_file={config}",
       f"--batching_parameters_file={batching}",
       "--file_system_poll_wait_seconds=0.2", "--max_text_bytes=200")

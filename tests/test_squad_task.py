@@ -12,7 +12,7 @@ import tensorflow as tf
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
-from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm
+from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm, start_server
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import demo_data  # noqa: E402
@@ -128,6 +128,37 @@ def _check_serve_text_matches_predict(tmp_path, args, version):
   assert predictor.answer(questions[0], contexts[0]) == answers[0]
   with pytest.raises(ValueError, match="use answer"):
     predictor.predict(["a text"])
+  _check_served_answers(run, questions, contexts, served)
+  _check_onnx_export(run, args)
+
+
+def _check_served_answers(run, questions, contexts, expected):
+  """`bertexp serve` answers over TF Serving's REST API as --mode=predict
+  did."""
+  import requests
+  process, rest, _ = start_server(str(run / "export"), name="qa")
+  try:
+    reply = requests.post(f"http://127.0.0.1:{rest}/v1/models/qa:predict",
+                          json={"signature_name": "serve_text", "inputs": {
+                              "question": questions, "context": contexts}},
+                          timeout=120)
+    assert reply.status_code == 200, reply.text
+    outputs = reply.json()["outputs"]
+    assert outputs["answer"] == expected["answer"]
+    np.testing.assert_allclose(outputs["score"], expected["score"], atol=1e-4)
+  finally:
+    process.kill()
+
+
+def _check_onnx_export(run, args):
+  """export-onnx of the QA run: start and end logits of the float32 file
+  equal the Keras model's on the evaluation windows."""
+  assert cli.main(["export-onnx"] + args) == 0
+  report = json.loads((run / "onnx" / "onnx_report.json").read_text())
+  assert report["float32"]["examples"] > 20
+  for name in ("start_logits", "end_logits"):
+    assert report["float32"][f"max_abs_diff_{name}"] < 1e-4
+    assert report["float32"][f"argmax_agreement_{name}"] == 1.0
 
 
 def test_squad_v2_shaped_run_reports_null_scores(tmp_path):

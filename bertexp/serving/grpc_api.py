@@ -7,7 +7,6 @@ RESOURCE_EXHAUSTED, UNAVAILABLE) and the server keeps serving.
 import logging
 
 import grpc
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2,

@@ -133,3 +133,22 @@ def test_to_hugging_face_skips_the_damaged_newest(damaged_run, tmp_path):
   tensors = load_file(str(out / "model.safetensors"))
   word = tensors["bert.embeddings.word_embeddings.weight"]
   np.testing.assert_allclose(word, np.full_like(word, 0.1))
+
+
+def test_a_deeper_checkpoint_in_a_shallower_model_says_where_layers_went(
+    tmp_path, tiny_vocab, caplog):
+  config = lambda layers: modeling.BertConfig(**dict(
+      TINY_CONFIG, num_hidden_layers=layers))
+  tf.random.set_seed(5)
+  deep = modeling.BertEncoder(config(4)).build_variables()
+  converters.write_checkpoint_folder(deep, tiny_vocab, str(tmp_path / "deep"))
+  shallow = modeling.BertEncoder(config(2)).build_variables()
+  prefix = run_dir.restore_encoder(shallow, str(tmp_path / "deep"))
+  with caplog.at_level(logging.WARNING):
+    report = run_dir.layer_report(prefix, 2)
+  assert report == (" (layers 0-1 of the checkpoint's 4 -> the model's layers "
+                    "0-1 of 2; checkpoint layers 2-3 unused)")
+  assert "has 4 layers, the model 2" in caplog.text
+  np.testing.assert_array_equal(shallow.blocks[1].query.kernel.numpy(),
+                                deep.blocks[1].query.kernel.numpy())
+  assert run_dir.layer_report(prefix, 4) == ""     # same depth: nothing said

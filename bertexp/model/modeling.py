@@ -389,17 +389,11 @@ class BertEncoder(tf_keras.Model):
     embeddings' output and each block's, L + 1 of [B, S, H]) and
     "attention_scores" (each block's, L of [B, N, S, S] before the softmax),
     what layer-wise distillation compares."""
-    if return_layers:
-      return self._call_with_layers(inputs, training, dropout_seed)
-    word_ids = tf.cast(inputs["input_word_ids"], tf.int32)
-    mask = tf.cast(inputs["input_mask"], tf.float32)
-    type_ids = tf.cast(inputs["input_type_ids"], tf.int32)
-    attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
     if dropout_seed is None and training is True:
       dropout_seed = fresh_dropout_seed()
-    x = tf.cast(self.embeddings(word_ids, type_ids, training=training,
-                                dropout_seed=fold_seed(dropout_seed, 0)),
-                tf.float32)                                          # [B, S, H]
+    x, attention_bias = self._embed(inputs, training, dropout_seed)
+    if return_layers:
+      return self._call_with_layers(x, attention_bias, training, dropout_seed)
     last = len(self.blocks) - 1
     for i, block in enumerate(self.blocks):
       x = self._run_block(block, x, attention_bias, training,
@@ -410,15 +404,18 @@ class BertEncoder(tf_keras.Model):
       return {"pooled_output": pooled}
     return {"sequence_output": x, "pooled_output": pooled}
 
-  def _call_with_layers(self, inputs, training, dropout_seed):
+  def _embed(self, inputs, training, dropout_seed):
+    """(embeddings' output float32 [B, S, H], attention bias [B, 1, 1, S]:
+    0 to attend, -10000 for padding)."""
     mask = tf.cast(inputs["input_mask"], tf.float32)
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
-    if dropout_seed is None and training is True:
-      dropout_seed = fresh_dropout_seed()
     x = tf.cast(self.embeddings(
         tf.cast(inputs["input_word_ids"], tf.int32),
         tf.cast(inputs["input_type_ids"], tf.int32), training=training,
         dropout_seed=fold_seed(dropout_seed, 0)), tf.float32)       # [B, S, H]
+    return x, attention_bias
+
+  def _call_with_layers(self, x, attention_bias, training, dropout_seed):
     hidden_states, attention_scores = [x], []
     for i, block in enumerate(self.blocks):
       x, scores = block(x, attention_bias, training=training,

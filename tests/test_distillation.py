@@ -269,6 +269,38 @@ def test_unlabelled_text_is_labelled_by_the_teacher_not_by_the_label_term(
   assert (numerators["label/loss"][~unlabelled] > 0).all()
   assert np.isfinite(numerators["distill"]).all()
   assert (numerators["distill"][unlabelled] > 0).any()
+  # unlabelled_ratio repeats whole files: 1.5 unlabelled per labelled
+  # example is the labelled file once and the unlabelled one 4 times here.
+  labelled = meta["train_data_size"]
+  ratio = 4 * len(sentences) / labelled
+  mixed = _student_task(
+      teacher_run, teacher_run["BERT_CONFIG_FILE"], label_weight=1.0,
+      student_init="random", unlabelled_ratio=ratio,
+      unlabelled_data_path=str(out / "unlabelled_train.tf_record"),
+      unlabelled_meta_data_path=str(out / "unlabelled_meta_data"))
+  assert mixed.repeats == (1, 4)
+  assert mixed.num_train_examples() == labelled + 4 * len(sentences)
+  _, labels = next(iter(mixed.build_inputs(
+      "train", batch_size=mixed.num_train_examples())))
+  assert (labels.numpy() < 0).sum() == 4 * len(sentences)   # one epoch
+  for bad in (0, -1.0, "2", True):
+    with pytest.raises(ValueError, match="unlabelled_ratio"):
+      _student_task(teacher_run, teacher_run["BERT_CONFIG_FILE"],
+                    unlabelled_ratio=bad,
+                    unlabelled_data_path=str(out / "unlabelled_train.tf_record"),
+                    unlabelled_meta_data_path=str(out / "unlabelled_meta_data"))
+  with pytest.raises(ValueError, match="needs unlabelled_data_path"):
+    _student_task(teacher_run, teacher_run["BERT_CONFIG_FILE"],
+                  unlabelled_ratio=1.0)
+
+
+def test_mix_repeats_takes_the_pair_of_file_repeats_nearest_the_ratio():
+  assert distillation.mix_repeats(10, 3, 1.0) == (3, 10)      # 30 : 30
+  assert distillation.mix_repeats(100, 50, 0.5) == (1, 1)     # as it is
+  assert distillation.mix_repeats(100, 50, 0.25) == (2, 1)    # 200 : 50
+  assert distillation.mix_repeats(100, 50, 100.0) == (1, 10)  # as near as 10 go
+  with pytest.raises(ValueError, match="labelled and unlabelled"):
+    distillation.mix_repeats(100, 0, 1.0)
 
 
 def test_teacher_targets_written_once_train_the_student_the_teacher_would(

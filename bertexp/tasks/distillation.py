@@ -167,6 +167,18 @@ def _read_unlabelled_meta(path, student):
   return meta
 
 
+def mix_repeats(labelled, unlabelled, ratio, most=10):
+  """(k, m): repeats of the labelled and the unlabelled examples whose
+  ratio m·unlabelled / (k·labelled) is nearest `ratio`, each in 1..most
+  (ties: the fewer examples)."""
+  if not labelled or not unlabelled:
+    raise ValueError(f"unlabelled_ratio needs labelled and unlabelled "
+                     f"examples (got {labelled} and {unlabelled})")
+  pairs = ((k, m) for k in range(1, most + 1) for m in range(1, most + 1))
+  return min(pairs, key=lambda p: (abs(p[1] * unlabelled / (p[0] * labelled) -
+                                       ratio), p[0] * labelled + p[1] * unlabelled))
+
+
 def _labelled(labels):
   """(labels with unlabelled ids made 0, [B] 1.0 where labelled): integer
   labels below 0 mark unlabelled text; other labels are all labelled."""
@@ -299,8 +311,12 @@ class DistillationTask(base.Task):
     unlabelled_data_path, unlabelled_meta_data_path: unlabelled text
       (`bertexp prepare classification` without --label_column) that the
       teacher labels: its records join the student's training records in
-      one shuffled stream (the mix is the two files' sizes), and count
-      towards epochs; the label term skips them.
+      one shuffled stream, and count towards epochs; the label term skips
+      them.
+    unlabelled_ratio: unlabelled examples per labelled example in an epoch
+      (None: the two files' sizes decide). Whole files are repeated to get
+      it: the labelled and unlabelled files k and m times each (1 to 10),
+      the pair nearest the ratio; the log says which.
     teacher_targets: a folder for the teacher's outputs computed once:
       `--mode=distill_targets` writes them there (see
       bertexp.tasks.teacher_targets), and training then reads them instead
@@ -314,7 +330,8 @@ class DistillationTask(base.Task):
                student_layers=None, temperature=1.0, distill_weight=1.0,
                label_weight=0.0, hidden_weight=0.0, attention_weight=0.0,
                layer_map="uniform", unlabelled_data_path=None,
-               unlabelled_meta_data_path=None, teacher_targets=None):
+               unlabelled_meta_data_path=None, unlabelled_ratio=None,
+               teacher_targets=None):
     if not isinstance(student, base.Task) or isinstance(student,
                                                         DistillationTask):
       raise ValueError("bertexp.DistillationTask.student: expected a task "
@@ -348,6 +365,7 @@ class DistillationTask(base.Task):
         _read_unlabelled_meta(unlabelled_meta_data_path, student)
         if unlabelled_data_path else None)
     self.unlabelled_meta_data_path = unlabelled_meta_data_path
+    self.repeats = self._mix_repeats(unlabelled_ratio)
     self.teacher_targets = teacher_targets
     if teacher_targets and (self.weights["hidden"] or
                             self.weights["attention"]):
@@ -505,13 +523,47 @@ class DistillationTask(base.Task):
   def meta(self):
     return self.student.meta
 
+  def _mix_repeats(self, ratio):
+    """(labelled repeats, unlabelled repeats) per epoch for
+    `unlabelled_ratio` (see the class); (1, 1) without one.
+
+    Raises:
+      ValueError: a ratio that is not a positive number, or no unlabelled
+        text to mix.
+    """
+    if ratio is None:
+      return 1, 1
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or (
+        not ratio > 0):
+      raise ValueError(f"bertexp.DistillationTask.unlabelled_ratio {ratio!r}: "
+                       "expected a number > 0 (unlabelled examples per "
+                       "labelled example)")
+    if not self.unlabelled_data_path:
+      raise ValueError("bertexp.DistillationTask.unlabelled_ratio needs "
+                       "unlabelled_data_path")
+    labelled = self.student.num_train_examples()
+    unlabelled = int(self.unlabelled_meta.get("train_data_size", 0))
+    repeats = mix_repeats(labelled, unlabelled, ratio)
+    logging.info("unlabelled text mixed at %.3f unlabelled per labelled "
+                 "example (asked %s): labelled files x%d, unlabelled x%d",
+                 repeats[1] * unlabelled / labelled, ratio, *repeats)
+    return repeats
+
   def training_files(self):
     """The training files, in order: the student's, then the unlabelled
-    text's."""
+    text's (each once; `stream_files` repeats them)."""
     path = self.student.train_data_path
     if self.unlabelled_data_path:
       path = f"{path},{self.unlabelled_data_path}"
     return pipeline.list_files(path)
+
+  def stream_files(self, files):
+    """`files` (aligned with training_files(): a path for each, e.g. its
+    teacher targets) with every labelled file `repeats[0]` times and every
+    unlabelled file `repeats[1]` times: the training stream's file list."""
+    labelled = len(pipeline.list_files(self.student.train_data_path))
+    return (list(files[:labelled]) * self.repeats[0] +
+            list(files[labelled:]) * self.repeats[1])
 
   def write_teacher_targets(self, model):
     """--mode=distill_targets: the teacher's outputs for every training
@@ -540,7 +592,8 @@ class DistillationTask(base.Task):
                                      sources=self.training_files())
     meta = self.student.meta
     return pipeline.make_dataset(
-        ",".join(info["targets"]), seq_length=meta["max_seq_length"],
+        ",".join(self.stream_files(info["targets"])),
+        seq_length=meta["max_seq_length"],
         label_type=meta["label_type"], batch_size=batch_size,
         is_training=True, input_context=input_context,
         train_order=self.default_train_order(train_order),
@@ -555,8 +608,8 @@ class DistillationTask(base.Task):
     student = self.student
     if split == "train" and self.unlabelled_data_path:
       student = copy.copy(student)      # one stream over both files
-      student.train_data_path = (f"{student.train_data_path},"
-                                 f"{self.unlabelled_data_path}")
+      student.train_data_path = ",".join(self.stream_files(
+          self.training_files()))
     return student.build_inputs(split, input_context, batch_size, train_order)
 
   def default_train_order(self, train_order):
@@ -610,8 +663,8 @@ class DistillationTask(base.Task):
           source=self.unlabelled_meta_data_path)
 
   def num_train_examples(self):
-    return self.student.num_train_examples() + (
-        int(self.unlabelled_meta.get("train_data_size", 0))
+    return self.repeats[0] * self.student.num_train_examples() + (
+        self.repeats[1] * int(self.unlabelled_meta.get("train_data_size", 0))
         if self.unlabelled_meta else 0)
 
   def selection_metric(self):

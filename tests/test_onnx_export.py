@@ -3,6 +3,7 @@ the Keras model's outputs in ONNX Runtime (an implementation that shares no
 code with ours) for every head and activation, on padded rows of sentence
 pairs; through the command line it writes float32 and int8 files that agree
 with the model, and a model it cannot express is a clear error."""
+import importlib.util
 import json
 import os
 
@@ -130,3 +131,8 @@ def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
     assert report[kind]["path"] == os.path.join(folder, kind, version,
                                                 "model.onnx")
   assert "ONNX int8" in capsys.readouterr().out
+  # ONNX Runtime's quantization left no `models` package on sys.path: gin
+  # still reads the shipped files' `include 'models/...'` in this process.
+  assert importlib.util.find_spec("models") is None
+  assert cli.main(["train", f"--gin_file={gin_file}", "--mode=plan"] +
+                  params) == 0

@@ -16,6 +16,7 @@ The version is seconds since the epoch, as for `--mode=export`.
 """
 import logging
 import os
+import sys
 import time
 
 import numpy as np
@@ -178,12 +179,18 @@ def _in_batches(call, inputs, batch_size=256):
 
 def quantize(float_path, int8_path):
   """ONNX Runtime's dynamic int8 quantization of QUANTIZED_OPS' weights,
-  per output column."""
+  per output column.
+
+  ONNX Runtime's quantization package appends its transformers folder to
+  sys.path when imported, which makes its `models` folder a top-level
+  package: gin then reads `include 'models/...'` as that package and fails.
+  sys.path is restored when the quantization is done."""
   from onnx import TensorProto
-  from onnxruntime.quantization import QuantType, quantize_dynamic
   quiet = logging.root.manager.disable
+  saved_path = list(sys.path)
   logging.disable(logging.INFO)       # a line per tensor otherwise
   try:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
     quantize_dynamic(float_path, int8_path, weight_type=QuantType.QInt8,
                      op_types_to_quantize=QUANTIZED_OPS, per_channel=True,
                      # ONNX's shape inference does not know the fused
@@ -191,3 +198,4 @@ def quantize(float_path, int8_path):
                      extra_options={"DefaultTensorType": TensorProto.FLOAT})
   finally:
     logging.disable(quiet)
+    sys.path[:] = saved_path

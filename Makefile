@@ -209,7 +209,7 @@ demo-distill: demo-data
 
 test: setup
 	$(PY) tools/demo_data.py fetch
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # The Hugging Face PyTorch reference of tools/bench_vs_hf.py, and PyTorch
 # eager and ONNX Runtime for tools/bench_serving.py, in their own venv.

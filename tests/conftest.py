@@ -113,7 +113,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   from bertexp.checkpoints import converters
   from bertexp.data import prepare
   gfile = tf.io.gfile
-  # Per process: `make test` runs test files in 2 processes.
+  # Per process: `make test` runs test files in several processes.
   local = write_sst2_folder(os.path.join(
       tempfile.gettempdir(), f"bertexp_sst2_src_{os.getpid()}"))
   glue_dir = f"{root}/SST-2"

@@ -92,3 +92,30 @@ def test_response_tensor_protos_read_back_as_the_arrays_they_hold():
     got = tf.make_ndarray(grpc_api.tensor_proto(array))
     assert got.dtype == array.dtype and got.shape == array.shape
     assert (got == array).all()
+
+
+def test_request_tensor_protos_are_read_as_the_arrays_they_hold():
+  from tensorflow.core.framework import tensor_pb2
+  from bertexp.serving import grpc_api
+  arrays = [np.arange(12, dtype=np.int32).reshape(2, 6) - 5,
+            np.arange(4, dtype=np.int64) * (1 << 40),
+            np.random.default_rng(1).random((2, 3)).astype(np.float32),
+            np.zeros([0, 4], np.int32)]
+  for array in arrays:
+    # Raw bytes (tensor_content) and value lists (int_val, float_val...).
+    values = tensor_pb2.TensorProto(dtype=tf.as_dtype(
+        array.dtype).as_datatype_enum, tensor_shape=tf.TensorShape(
+            array.shape).as_proto())
+    field = {np.int32: "int_val", np.int64: "int64_val",
+             np.float32: "float_val"}[array.dtype.type]
+    getattr(values, field).extend(array.reshape(-1).tolist())
+    for proto in (grpc_api.tensor_proto(array), values):
+      got = grpc_api.ndarray(proto)
+      assert got.dtype == array.dtype and got.shape == array.shape
+      assert (got == array).all()
+  texts = grpc_api.ndarray(tf.make_tensor_proto(["a", "é"]))
+  assert texts.tolist() == [b"a", "é".encode()]
+  short = grpc_api.tensor_proto(np.ones([2, 3], np.int32))
+  short.tensor_shape.dim[1].size = 4
+  with pytest.raises(ValueError, match="holds 6 values, the shape"):
+    grpc_api.ndarray(short)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import requests
 import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2, types_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2,
                                      get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
@@ -140,7 +141,9 @@ def served(tmp_path_factory):
   process, rest, grpc_port = start_server(
       None, f"--model_config_file={config}",
       f"--batching_parameters_file={batching}",
-      "--file_system_poll_wait_seconds=0.2", "--max_text_bytes=200")
+      "--file_system_poll_wait_seconds=0.2", "--max_text_bytes=200",
+      "--tensorflow_intra_op_parallelism=1",
+      "--tensorflow_inter_op_parallelism=2")
   loaded = tf.saved_model.load(f"{model_dir}/export/1")
   regression = tf.saved_model.load(f"{regression_dir}/export/1")
   channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
@@ -364,6 +367,18 @@ def test_unknown_model_version_and_grpc_errors(served):
   with pytest.raises(grpc.RpcError) as error:
     stub.Predict(request, timeout=60)
   assert error.value.code() == grpc.StatusCode.NOT_FOUND
+  # Raw int32 bytes that do not fill the declared shape [1, 6].
+  short = predict_pb2.PredictRequest()
+  short.model_spec.name = "tiny"
+  for name in ("input_word_ids", "input_mask", "input_type_ids"):
+    short.inputs[name].CopyFrom(tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_INT32, tensor_content=np.ones(5, np.int32).tobytes(),
+        tensor_shape={"dim": [{"size": 1}, {"size": 6}]}))
+  with pytest.raises(grpc.RpcError) as error:
+    stub.Predict(short, timeout=60)
+  assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+  assert "tensor_content holds 5 values" in error.value.details()
+  assert requests.get(served["url"], timeout=60).status_code == 200
 
 
 def test_new_version_is_served_without_a_failed_request(served):
@@ -403,6 +418,14 @@ def test_new_version_is_served_without_a_failed_request(served):
                                               ("1", "END")]
 
 
+def test_negative_thread_count_is_a_one_line_error(served, capsys):
+  from bertexp import cli
+  assert cli.main(["serve", served["model_dir"],
+                   "--tensorflow_intra_op_parallelism=-1"]) == 2
+  assert "--tensorflow_intra_op_parallelism -1: expected 0" in \
+      capsys.readouterr().err
+
+
 def test_benchmark_measures_every_path_with_its_environment(served):
   from bertexp.serving import benchmark
   port = lambda name: int(re.search(r":(\d+)", served[name])[1])
@@ -431,10 +454,15 @@ def test_benchmark_measures_every_path_with_its_environment(served):
       ("tflite-float", 3), ("tflite-int8", 1), ("tflite-int8", 3),
       ("grpc", 3), ("rest", 3)]
   assert all(r["requests"] >= r["clients"] for r in report["throughput"])
+  # One in-process call with 1 row and with as many rows as the most clients.
+  assert [(r["path"], r["rows"]) for r in report["batch"]] == [
+      (path, rows) for path in ("savedmodel", "onnx-float32", "onnx-int8")
+      for rows in (1, 3)]
   env = report["environment"]
   assert env["cpu"] and env["tensorflow"] == tf.__version__
   text = benchmark.table(report)
   assert env["cpu"] in text and "p99 ms" in text and "requests/s" in text
+  assert "ms/row" in text
   # The ids the benchmark sends are valid for the export (25-word vocab).
   ids = benchmark.token_ids(24, benchmark.vocab_size(
       f"{served['model_dir']}/export/1"))["input_word_ids"]

@@ -103,7 +103,38 @@ def table(ours, reference):
     ratio = lambda ref: f"{row['p50_ms'] / ref:>11.2f}x" if ref else f"{'-':>12}"
     lines.append(f"{row['path']:<28}{row['tokens']:>7}{row['p50_ms']:>9.2f}"
                  f"{row['p99_ms']:>9.2f}{ratio(fp32)}{ratio(int8)}")
-  return "\n".join(lines)
+  return "\n".join(lines + [""] + server_costs(ours))
+
+
+def server_costs(ours):
+  """What the server adds to a call, and what batching gains, as lines:
+  gRPC p50 minus in-process p50 on the same model; requests/s of the most
+  clients with batching on / off (same threads); the bound in-process
+  batch timing sets on that gain (1-row time x rows / batch time)."""
+  p50 = {(r["path"], r["tokens"]): r["p50_ms"] for r in ours["latency"]}
+  lines = []
+  for served, local in (("grpc-onnx-int8", "onnx-int8"),
+                        ("grpc", "savedmodel")):
+    for (path, tokens), ms in sorted(p50.items()):
+      if path == served and (local, tokens) in p50:
+        lines.append(f"server adds (gRPC, {local}, {tokens} tokens): "
+                     f"{ms - p50[(local, tokens)]:+.2f} ms")
+  most = max((r["clients"] for r in ours["throughput"]), default=0)
+  rate = {r["path"]: r["requests_per_second"] for r in ours["throughput"]
+          if r["clients"] == most}
+  for off, on in (("grpc", "grpc-batching"),
+                  ("grpc-1-thread", "grpc-batching-1-thread")):
+    if off in rate and on in rate:
+      lines.append(f"batching gain, {most} clients ({on} / {off}): "
+                   f"{rate[on]:.1f} / {rate[off]:.1f} req/s = "
+                   f"{rate[on] / rate[off]:.2f}x")
+  batch = {(r["path"], r["rows"]): r["p50_ms"] for r in ours.get("batch", [])}
+  for (path, rows), ms in sorted(batch.items()):
+    if rows > 1 and (path, 1) in batch:
+      lines.append(f"batching bound, {path} in process: {rows} x "
+                   f"{batch[(path, 1)]:.2f} ms / {ms:.2f} ms = "
+                   f"{rows * batch[(path, 1)] / ms:.2f}x")
+  return lines
 
 
 if __name__ == "__main__":

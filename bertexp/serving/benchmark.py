@@ -1,7 +1,8 @@
 """`bertexp benchmark-serving`: latency and throughput of an export, in
 process, through `bertexp serve` (gRPC and REST; gRPC again with request
-batching on), and of its TFLite and ONNX files (export-tflite,
-export-onnx; the int8 ONNX model through the server too).
+batching on, and both with one thread per model call), and of its TFLite
+and ONNX files (export-tflite, export-onnx; the int8 ONNX model through the
+server too).
 
     bertexp benchmark-serving runs/demo --output_json=serving.json
 
@@ -11,7 +12,9 @@ another; p50/p90/p99 in milliseconds. Throughput: 1, 4 and 16 concurrent
 clients, each calling in a loop for `seconds`; requests per second. The CPU,
 its instruction sets, the thread counts and the versions head the output.
 TFLite files take their own fixed sequence length (the export's
-max_seq_length), so their rows say which length they ran.
+max_seq_length), so their rows say which length they ran. Batch rows: one
+in-process call with 1 row and with as many rows as the most clients,
+which bounds what request batching can gain on this host.
 """
 import concurrent.futures
 import contextlib
@@ -72,6 +75,7 @@ def grpc_path(port, model_name):
   """make_call for Predict through `bertexp serve`'s gRPC API."""
   import grpc
   from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+  from bertexp.serving.grpc_api import tensor_proto
   channel = grpc.insecure_channel(f"127.0.0.1:{port}")
   stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
@@ -79,7 +83,7 @@ def grpc_path(port, model_name):
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     for name, value in inputs.items():
-      request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+      request.inputs[name].CopyFrom(tensor_proto(value))
     return stub.Predict(request, timeout=60)
   return lambda: call
 
@@ -160,6 +164,19 @@ def environment():
               inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
 
 
+# The servers measured: {name: `bertexp serve` flags}. Without and with
+# batching, each with the default threads (every model call may use every
+# core) and with one thread per call (what serves most under concurrent
+# load on few cores); gRPC row names are "grpc-" + the server's name.
+SERVERS = {
+    "plain": (),
+    "batching": ("--enable_batching",),
+    "1-thread": ("--tensorflow_intra_op_parallelism=1",),
+    "batching-1-thread": ("--enable_batching",
+                          "--tensorflow_intra_op_parallelism=1"),
+}
+
+
 def _paths(path, servers, files):
   """{name: (make_call, fixed length or None)}."""
   paths = {}
@@ -168,14 +185,11 @@ def _paths(path, servers, files):
   for name, file in files.items():
     if name.startswith("onnx"):
       paths[name] = (onnx_path(file), None)
-  if servers is not None:
-    paths["grpc"] = (grpc_path(servers["plain"].grpc_port, "bench"), None)
-    paths["rest"] = (rest_path(servers["plain"].rest_port, "bench"), None)
-    paths["grpc-batching"] = (grpc_path(servers["batching"].grpc_port,
-                                        "bench"), None)
-    if "onnx-int8" in servers:
-      paths["grpc-onnx-int8"] = (grpc_path(servers["onnx-int8"].grpc_port,
-                                           "bench"), None)
+  for name, server in (servers or {}).items():
+    row = "grpc" if name == "plain" else f"grpc-{name}"
+    paths[row] = (grpc_path(server.grpc_port, "bench"), None)
+    if name == "plain":
+      paths["rest"] = (rest_path(server.rest_port, "bench"), None)
   for name, file in files.items():
     if name.startswith("tflite"):
       paths[name] = tflite_path(file)
@@ -183,14 +197,12 @@ def _paths(path, servers, files):
 
 
 class _Servers:
-  """`bertexp serve` without batching and with TF Serving's batching
-  defaults (`--enable_batching`), and on the int8 ONNX model when there is
-  one (`onnx_folder`, its versions folder)."""
+  """The SERVERS on the SavedModel, and one on the int8 ONNX model when
+  there is one (`onnx_folder`, its versions folder)."""
 
   def __init__(self, folder, onnx_folder=None):
-    self._servers = {"plain": ServerProcess(folder, "bench"),
-                     "batching": ServerProcess(folder, "bench",
-                                               "--enable_batching")}
+    self._servers = {name: ServerProcess(folder, "bench", *flags)
+                     for name, flags in SERVERS.items()}
     if onnx_folder:
       self._servers["onnx-int8"] = ServerProcess(onnx_folder, "bench")
 
@@ -201,6 +213,15 @@ class _Servers:
   def __exit__(self, *exc):
     for server in self._servers.values():
       server.__exit__(*exc)
+
+
+def batch_scaling(make_call, inputs, *, rows, calls, warmup):
+  """p50 of one call with `rows` copies of the row in `inputs`: what
+  request batching can gain is bounded by 1-row time x rows / this."""
+  import numpy as np
+  batch = {k: np.repeat(v, rows, axis=0) for k, v in inputs.items()}
+  return dict(rows=rows, **latency(make_call(), batch, calls=calls,
+                                   warmup=warmup))
 
 
 def vocab_size(export_dir):
@@ -228,15 +249,19 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
     calls, warmup: latency calls measured, and before them.
     seconds: each throughput measurement's duration.
     throughput_tokens: the token count of the throughput rows.
-    server: also measure through `bertexp serve` (gRPC and REST; gRPC
-      again with request batching on).
+    server: also measure through `bertexp serve` (the SERVERS, and the
+      int8 ONNX model's).
   Returns:
-    {"environment": ..., "latency": [rows], "throughput": [rows]}.
+    {"environment": ..., "latency": [rows], "throughput": [rows],
+     "batch": [rows]}: "batch" has the in-process paths' p50 at 1 row and
+    at max(clients) rows per call (the most a batching server could merge
+    from those clients).
   Raises:
     FileNotFoundError: no export or TFLite file there.
   """
   export_dir, files, vocab = _targets(target)
-  report = {"environment": environment(), "latency": [], "throughput": []}
+  report = {"environment": environment(), "latency": [], "throughput": [],
+            "batch": []}
   folder = export_dir and os.path.dirname(export_dir.rstrip("/"))
   onnx_folder = files.get("onnx-int8") and os.path.dirname(os.path.dirname(
       files["onnx-int8"]))
@@ -254,6 +279,12 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
             path=name, tokens=fixed or throughput_tokens, **throughput(
                 make_call, token_ids(fixed or throughput_tokens, vocab),
                 clients=count, seconds=seconds)))
+      if name == "savedmodel" or name.startswith("onnx"):
+        for rows in (1, max(clients)):
+          report["batch"].append(dict(
+              path=name, tokens=throughput_tokens, **batch_scaling(
+                  make_call, token_ids(throughput_tokens, vocab), rows=rows,
+                  calls=max(calls // 4, 1), warmup=max(warmup // 4, 1))))
   return report
 
 
@@ -301,4 +332,10 @@ def table(report):
   for row in report["throughput"]:
     lines.append(f"{row['path']:<16}{row['tokens']:>7}{row['clients']:>9}"
                  f"{row['requests_per_second']:>12.1f}")
+  if report.get("batch"):
+    lines += ["", f"{'path':<16}{'tokens':>7}{'rows':>6}{'p50 ms':>9}"
+              f"{'ms/row':>8}   (one call, in process)"]
+    for row in report["batch"]:
+      lines.append(f"{row['path']:<16}{row['tokens']:>7}{row['rows']:>6}"
+                   f"{row['p50_ms']:>9.2f}{row['p50_ms'] / row['rows']:>8.2f}")
   return "\n".join(lines)

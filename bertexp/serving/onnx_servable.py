@@ -63,7 +63,9 @@ class OnnxServable(servable_lib.ServableBase):
     self.path, self.version = path, version
     # Read as bytes: the folder may be on gs://, ONNX Runtime reads locally.
     content = fileio.read_bytes(fileio.join(path, onnx_export.MODEL_FILE))
-    signature = OnnxSignature(onnx_export.session(content))
+    # --tensorflow_intra_op_parallelism applies to ONNX Runtime too.
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
+    signature = OnnxSignature(onnx_export.session(content, threads or None))
     self.signatures = {signature.name: signature}
     self.signature_defs = {signature.name: signature_def(signature)}
 

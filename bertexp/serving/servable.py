@@ -117,7 +117,7 @@ def check_inputs(signature, inputs, *, max_text_bytes):
 
 
 def _as_array(name, value, spec, max_text_bytes):
-  expected = f"{spec.dtype.name} of shape {_shape_text(spec.shape)}"
+  expected = _Expected(spec)      # formatted only into an error
   if spec.dtype == tf.string:
     array = np.asarray(value, dtype=object)
     flat = array.reshape(-1)
@@ -146,7 +146,7 @@ def _as_array(name, value, spec, max_text_bytes):
         raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
                            f"{expected}, got {array.dtype.name} values")
     numpy_dtype = spec.dtype.as_numpy_dtype
-    if spec.dtype.is_integer and array.size:
+    if spec.dtype.is_integer and array.size and array.dtype != numpy_dtype:
       bounds = np.iinfo(numpy_dtype)
       if array.min() < bounds.min or array.max() > bounds.max:
         raise ServingError("INVALID_ARGUMENT", f"input {name}: values "
@@ -158,6 +158,16 @@ def _as_array(name, value, spec, max_text_bytes):
     raise ServingError("INVALID_ARGUMENT", f"input {name}: expected "
                        f"{expected}, got shape {list(array.shape)}")
   return array
+
+
+class _Expected:
+  """What an input must be ("int32 of shape [B, S]"), as text on demand."""
+
+  def __init__(self, spec):
+    self.spec = spec
+
+  def __str__(self):
+    return f"{self.spec.dtype.name} of shape {_shape_text(self.spec.shape)}"
 
 
 def _shape_text(shape):

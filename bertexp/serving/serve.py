@@ -83,6 +83,27 @@ def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
   return 0
 
 
+def set_threads(intra_op, inter_op):
+  """TF Serving's --tensorflow_intra_op_parallelism and
+  --tensorflow_inter_op_parallelism: the threads one model call may use
+  (ONNX models take the intra-op count too). Call before the first model
+  loads.
+
+  Args:
+    intra_op, inter_op: thread counts; 0 keeps the runtime's default (one
+      per core).
+  Raises:
+    ValueError: a negative count.
+  """
+  import tensorflow as tf
+  for flag, value in (("intra_op", intra_op), ("inter_op", inter_op)):
+    if value < 0:
+      raise ValueError(f"--tensorflow_{flag}_parallelism {value}: expected "
+                       "0 (one thread per core) or more")
+  tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+  tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
 def _start_grpc(server, host, port, threads):
   import grpc
   from bertexp.serving import grpc_api

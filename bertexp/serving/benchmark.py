@@ -280,7 +280,7 @@ def run(target, *, lengths=(16, 128), clients=(1, 4, 16), calls=200,
                 make_call, token_ids(fixed or throughput_tokens, vocab),
                 clients=count, seconds=seconds)))
       if name == "savedmodel" or name.startswith("onnx"):
-        for rows in (1, max(clients)):
+        for rows in sorted({1, max(clients)}):
           report["batch"].append(dict(
               path=name, tokens=throughput_tokens, **batch_scaling(
                   make_call, token_ids(throughput_tokens, vocab), rows=rows,

@@ -126,8 +126,9 @@ def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
   assert sorted(os.listdir(folder)) == ["float32", "int8", "onnx_report.json"]
   for kind in ("float32", "int8"):       # one version each, TF Serving's way
     (version,) = os.listdir(os.path.join(folder, kind))
-    assert version.isdigit() and os.listdir(os.path.join(
-        folder, kind, version)) == ["model.onnx"]
+    # model.onnx, and text/: the tokenizer for serve_text.
+    assert version.isdigit() and sorted(os.listdir(os.path.join(
+        folder, kind, version))) == ["model.onnx", "text"]
     assert report[kind]["path"] == os.path.join(folder, kind, version,
                                                 "model.onnx")
   assert "ONNX int8" in capsys.readouterr().out

@@ -68,6 +68,7 @@ def _write_onnx_files(model, task, model_dir):
   with open(float_path, "wb") as f:
     f.write(proto.SerializeToString())
   onnx_export.quantize(float_path, f"{model_dir}/onnx/int8/1/model.onnx")
+  assert onnx_export.save_text_packer(task, model, f"{model_dir}/onnx/float32/1")
 
 
 def _write_tflite_files(model_dir, length=16):
@@ -278,10 +279,33 @@ def test_onnx_model_is_served_with_the_savedmodels_outputs(served):
   reply = requests.post(f"{url}:predict", json={"inputs": bad}, timeout=60)
   assert reply.status_code == 400 and "out of range" in reply.json()["error"]
   reply = requests.post(f"{url}:predict", json={
-      "signature_name": "serve_text", "instances": ["good"]}, timeout=60)
-  assert reply.status_code == 400 and "serving_default" in reply.json()["error"]
+      "signature_name": "serve_tokens", "instances": ["good"]}, timeout=60)
+  assert reply.status_code == 400 and \
+      "['serve_text', 'serving_default']" in reply.json()["error"]
   assert requests.post(f"{url}:predict", json={"inputs": tokens},
                        timeout=60).status_code == 200
+
+
+def test_onnx_model_serves_raw_text_as_the_savedmodel_does(served):
+  texts = TEXTS[:4] + ["an unseen word: zyxwv, and a very long " * 4]
+  want = _reference(served, texts)
+  assert np.ptp(want["probabilities"][:, 1]) > 1e-3               # 100 x tol
+  reply = requests.post(f"{served['base']}/v1/models/tiny_onnx:predict",
+                        json={"signature_name": "serve_text",
+                              "instances": texts}, timeout=60)
+  assert reply.status_code == 200, reply.text
+  got = reply.json()["predictions"]
+  np.testing.assert_allclose([row["probabilities"] for row in got],
+                             want["probabilities"], atol=1e-5)
+  assert [row["label"] for row in got] == [
+      label.decode() for label in want["label"]]
+  meta = requests.get(f"{served['base']}/v1/models/tiny_onnx/metadata",
+                      timeout=60).json()["metadata"]["signature_def"]
+  assert set(meta["signature_def"]["serve_text"]["inputs"]) == {"text"}
+  reply = requests.post(f"{served['base']}/v1/models/tiny_onnx:predict",
+                        json={"signature_name": "serve_text",
+                              "instances": ["  "]}, timeout=60)
+  assert reply.status_code == 400 and "empty text" in reply.json()["error"]
 
 
 def _batch_calls(served):

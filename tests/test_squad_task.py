@@ -155,6 +155,9 @@ def _check_onnx_export(run, args):
   equal the Keras model's on the evaluation windows."""
   assert cli.main(["export-onnx"] + args) == 0
   report = json.loads((run / "onnx" / "onnx_report.json").read_text())
+  # QA's serve_text finds answers in the graph: no tokenizer-only text/.
+  (version,) = os.listdir(run / "onnx" / "int8")
+  assert os.listdir(run / "onnx" / "int8" / version) == ["model.onnx"]
   assert report["float32"]["examples"] > 20
   for name in ("start_logits", "end_logits"):
     assert report["float32"][f"max_abs_diff_{name}"] < 1e-4

@@ -9,6 +9,9 @@ SavedModel):
     MODEL_DIR/onnx/int8/<version>/model.onnx      ONNX Runtime's dynamic
         quantization of the matmul and attention weights: int8 weights with a
         scale per output column, activations quantized per call
+    MODEL_DIR/onnx/<kind>/<version>/text/         for classification and
+        regression: a SavedModel of the tokenizer and packing alone (raw
+        text -> token ids), which gives the served ONNX model `serve_text`
     MODEL_DIR/onnx/onnx_report.json               each file's size and its
         agreement with the float32 Keras model on held-out token ids
 
@@ -25,6 +28,7 @@ from bertexp.serving import onnx_graph
 from bertexp.util import fileio
 
 MODEL_FILE = "model.onnx"
+TEXT_FOLDER = "text"      # the text packer SavedModel beside model.onnx
 KINDS = ("float32", "int8")
 # What dynamic quantization touches: the weights of every matmul (MatMul
 # and the fused Attention's QKV projection). Embedding tables stay float32,
@@ -159,6 +163,7 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
                           **agreement(expected, got, labels))
       with fileio.atomic_folder(target) as tmp:
         tf.io.gfile.copy(path, fileio.join(tmp, MODEL_FILE), overwrite=True)
+        save_text_packer(task, model, tmp)
       print(f"ONNX {kind}: {report[kind]['bytes'] / 1e6:.2f} MB, " + ", ".join(
           f"{k} {v:.4g}" for k, v in report[kind].items()
           if k.startswith(("max_abs", "argmax", "accuracy"))) +
@@ -166,6 +171,28 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
           flush=True)
   fileio.write_json(fileio.join(model_dir, "onnx", "onnx_report.json"), report)
   return report
+
+
+def save_text_packer(task, model, folder):
+  """Writes folder/text/: the task's raw-text tokenizer and packing as a
+  SavedModel whose `serve_text` returns token ids.
+
+  Returns:
+    True when written; False for a task whose raw-text serving is more
+    than packing (question answering, tagging) or that has none (no
+    vocabulary file), with a line saying so.
+  """
+  import tensorflow as tf
+  text = task.text_serving(model)
+  packer = getattr(text, "packer", None)
+  if packer is None:
+    print(f"{folder}: no serve_text for this ONNX model (the task's raw-text "
+          "serving needs more than tokenizing; send token ids)", flush=True)
+    return False
+  packer = packer()
+  tf.saved_model.save(packer, fileio.join(folder, TEXT_FOLDER),
+                      signatures={"serve_text": packer.signature()})
+  return True
 
 
 def _in_batches(call, inputs, batch_size=256):

@@ -1,6 +1,8 @@
-"""An ONNX model version (`bertexp export-onnx`) behind `bertexp serve`: its
-one signature, serving_default on token ids, run by ONNX Runtime, with the
-same checks, errors and batching as a SavedModel's.
+"""An ONNX model version (`bertexp export-onnx`) behind `bertexp serve`:
+serving_default on token ids, run by ONNX Runtime, and serve_text on raw
+text when the version holds the text packer (text/: tokenizer and packing,
+run by TensorFlow, then the ONNX model), with the same checks, errors and
+batching as a SavedModel's.
 
 Shape legend: B batch (rows of a request), S sequence length.
 """
@@ -56,6 +58,31 @@ class OnnxSignature:
             for name, value in outputs.items()}
 
 
+class OnnxTextSignature:
+  """serve_text of an ONNX model: the text packer's token ids, then the
+  model (see servable.Signature).
+
+  Attributes:
+    name: "serve_text".
+    inputs: {input name: tf.TensorSpec}, string [B] (`text`, or `text_a`
+      and `text_b`).
+    outputs: the model's outputs.
+  """
+
+  def __init__(self, pack, model_signature):
+    self.name = "serve_text"
+    self._pack = pack
+    self._model = model_signature
+    self.inputs = dict(pack.structured_input_signature[1])
+    self.outputs = model_signature.outputs
+
+  def __call__(self, inputs):
+    """{name: bytes [B]} -> {output name: numpy [B, ...]}."""
+    ids = self._pack(**{k: tf.constant(v, tf.string)
+                        for k, v in inputs.items()})      # {name: [B, S]}
+    return self._model({k: v.numpy() for k, v in ids.items()})
+
+
 class OnnxServable(servable_lib.ServableBase):
   """A version folder holding model.onnx, loaded (see ServableBase)."""
 
@@ -67,7 +94,15 @@ class OnnxServable(servable_lib.ServableBase):
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     signature = OnnxSignature(onnx_export.session(content, threads or None))
     self.signatures = {signature.name: signature}
-    self.signature_defs = {signature.name: signature_def(signature)}
+    text_folder = fileio.join(path, onnx_export.TEXT_FOLDER)
+    if tf.io.gfile.exists(fileio.join(text_folder, "saved_model.pb")):
+      import tensorflow_text  # noqa: F401  (the tokenizer's ops)
+      self._packer = tf.saved_model.load(text_folder)
+      text = OnnxTextSignature(self._packer.signatures["serve_text"],
+                               signature)
+      self.signatures[text.name] = text
+    self.signature_defs = {name: signature_def(value)
+                           for name, value in self.signatures.items()}
 
 
 def signature_def(signature):

@@ -11,18 +11,19 @@ from bertexp.data import tokenization
 _TEXT = tf.TensorSpec([None], tf.string)
 
 
-class PackedTextServing(tf.Module):
-  """text [B] (or text_a + text_b [B]) -> the task's serving outputs.
+class TextPacker(tf.Module):
+  """text [B] (or text_a + text_b [B]) -> token ids {input_word_ids,
+  input_mask, input_type_ids} int32 [B, S], packed as `bertexp prepare`
+  packs them. Saved beside an ONNX model (`bertexp export-onnx`), it gives
+  that model a `serve_text` signature.
 
-  Tracks the model and the WordPiece tokenizer, so an export that holds
-  this module saves the vocabulary table with the weights.
+  Tracks the WordPiece tokenizer, so a SavedModel of this module holds the
+  vocabulary table.
   """
 
-  def __init__(self, model, serving_outputs, *, vocab_file, do_lower_case,
-               max_seq_length, num_text_features):
+  def __init__(self, *, vocab_file, do_lower_case, max_seq_length,
+               num_text_features):
     """Args:
-      model: token ids -> the model's outputs.
-      serving_outputs: the task's outputs -> what the signature returns.
       vocab_file, do_lower_case, max_seq_length: as `bertexp prepare` used.
       num_text_features: 1 (`text`) or 2 (`text_a`, `text_b`).
     Raises:
@@ -32,17 +33,21 @@ class PackedTextServing(tf.Module):
     if num_text_features not in (1, 2):
       raise ValueError(f"num_text_features must be 1 or 2, got "
                        f"{num_text_features!r}")
-    self.model = model
-    self._serving_outputs = serving_outputs
+    self._packing = dict(vocab_file=vocab_file, do_lower_case=do_lower_case,
+                         max_seq_length=max_seq_length,
+                         num_text_features=num_text_features)
     self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
     self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
     self._max_seq_length = max_seq_length
     self._pairs = num_text_features == 2
 
+  def _outputs(self, inputs):
+    return inputs
+
   def _serve(self, text_a, text_b):
     inputs = tokenization.pack_tf(self._tokenizer, text_a, text_b,
                                   self._max_seq_length)      # {name: [B, S]}
-    return self._serving_outputs(self.model(inputs, training=False))
+    return self._outputs(inputs)
 
   def signature(self):
     """The concrete function of `serve_text`."""
@@ -51,3 +56,31 @@ class PackedTextServing(tf.Module):
                          input_signature=[_TEXT, _TEXT]).get_concrete_function()
     return tf.function(lambda text: self._serve(text, None),
                        input_signature=[_TEXT]).get_concrete_function()
+
+  def packer(self):
+    """A TextPacker with the same tokenizer settings (the ids alone)."""
+    return TextPacker(**self._packing)
+
+
+class PackedTextServing(TextPacker):
+  """text [B] (or text_a + text_b [B]) -> the task's serving outputs.
+
+  Tracks the model and the WordPiece tokenizer, so an export that holds
+  this module saves the vocabulary table with the weights.
+  """
+
+  def __init__(self, model, serving_outputs, **packing):
+    """Args:
+      model: token ids -> the model's outputs.
+      serving_outputs: the task's outputs -> what the signature returns.
+      **packing: vocab_file, do_lower_case, max_seq_length and
+        num_text_features, as for TextPacker.
+    Raises:
+      ValueError: num_text_features is not 1 or 2.
+    """
+    super().__init__(**packing)
+    self.model = model
+    self._serving_outputs = serving_outputs
+
+  def _outputs(self, inputs):
+    return self._serving_outputs(self.model(inputs, training=False))

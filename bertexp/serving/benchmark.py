@@ -309,8 +309,8 @@ def _targets(target):
       files[f"tflite-{kind}"] = candidate
   for kind in ("float32", "int8"):
     folder = fileio.join(run_dir, "onnx", kind)
-    if tf.io.gfile.isdir(folder) and versions_lib.list_versions(folder):
-      found = versions_lib.list_versions(folder)
+    found = tf.io.gfile.isdir(folder) and versions_lib.list_versions(folder)
+    if found:
       files[f"onnx-{kind}"] = fileio.join(found[max(found)], "model.onnx")
   return export_dir, files, vocab_size(export_dir)
 

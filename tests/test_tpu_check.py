@@ -27,15 +27,24 @@ def fixtures(tmp_path_factory):
 TPU_EXPERIMENTS = sorted(
     os.path.relpath(p, REPO)
     for p in glob.glob(os.path.join(REPO, "experiments", "*", "*_tpu.gin")))
+# A TPU file whose step, includes and bindings are those of another file,
+# with other data and hyperparameters only, is covered by that file's cell
+# (test_a_covered_tpu_file_differs_from_its_cell_only_in_macro_values).
+COVERED_BY = {"experiments/glue/mrpc_tpu.gin": "experiments/glue/mnli_tpu.gin",
+              "experiments/squad/squad_v1_tpu.gin":
+                  "experiments/squad/squad_v2_tpu.gin"}
 # Regression has no shipped TPU file: its CPU demo runs with tpu_check.gin.
-TPU_CHECK_CELLS = TPU_EXPERIMENTS + [
-    "experiments/demo/movie_score_regression_cpu.gin"]
+REGRESSION_CELL = "experiments/demo/movie_score_regression_cpu.gin"
+TPU_CHECK_CELLS = [f for f in TPU_EXPERIMENTS if f not in COVERED_BY] + [
+    REGRESSION_CELL]
 # These two also predict: the classification path with three test splits
 # and the QA path with v2.0's null answers (in every run of the TPU check).
 # The 2-replica and 2-worker cells predict for every task.
 PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
                         "experiments/squad/squad_v2_tpu.gin")
-# A distillation file's teacher: the one-replica float32 run of this file.
+# A distillation file's teacher: the one-replica float32 run of this file
+# (which the distillation file includes, so its 8-replica run is the
+# teacher file's too).
 TEACHERS = {"experiments/glue/mrpc_distill_tpu.gin":
             "experiments/glue/mrpc_tpu.gin"}
 TPU_CORES = 8
@@ -90,7 +99,9 @@ def tpu_check_runs(fixtures, tmp_path_factory):
   runs = {}
   # Teachers first: a distillation run waits for its teacher's run (which a
   # first-in, first-out pool has started by then).
-  for gin_file in sorted(TPU_CHECK_CELLS, key=lambda f: f in TEACHERS):
+  teachers_only = sorted(set(TEACHERS.values()) - set(TPU_CHECK_CELLS))
+  for gin_file in teachers_only + sorted(TPU_CHECK_CELLS,
+                                         key=lambda f: f in TEACHERS):
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
     wait = lambda: None
     if gin_file in TEACHERS:
@@ -99,8 +110,9 @@ def tpu_check_runs(fixtures, tmp_path_factory):
           spec["tpu"][gin_file], TEACHER_DIR=teacher_params["MODEL_DIR"])})
       wait = teacher_run.result
     runs[gin_file] = {}
-    kinds = [("float32", dict(float32=True)),
-             ("one_replica", dict(float32=True, one_replica=True))]
+    kinds = [("one_replica", dict(float32=True, one_replica=True))]
+    if gin_file in TPU_CHECK_CELLS:
+      kinds.append(("float32", dict(float32=True)))
     if gin_file in SHIPPED_RUNS:
       kinds.append(("shipped", dict(float32=False)))
     for run, how in kinds:
@@ -119,9 +131,40 @@ def _after(wait, args):
 
 def test_every_shipped_tpu_file_has_a_tpu_check_cell_that_ran(
     fixtures, tpu_check_runs):
-  covered = {f for spec in fixtures.values() for f in spec["tpu"]}
-  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) == covered == set(tpu_check_runs)
-  assert set(SHIPPED_RUNS) <= set(TPU_EXPERIMENTS)
+  with_fixtures = {f for spec in fixtures.values() for f in spec["tpu"]}
+  assert TPU_EXPERIMENTS and set(TPU_CHECK_CELLS) | set(COVERED_BY) == (
+      with_fixtures) == set(TPU_EXPERIMENTS) | {REGRESSION_CELL}
+  assert set(tpu_check_runs) == set(TPU_CHECK_CELLS) | set(TEACHERS.values())
+  assert set(SHIPPED_RUNS) <= set(TPU_CHECK_CELLS)
+  assert set(COVERED_BY.values()) <= set(TPU_CHECK_CELLS)
+
+
+def _macro_names_and_other_lines(gin_file):
+  """({MACRO names assigned}, [every other line: includes and bindings]) of a
+  gin file, comments and continuation lines of a macro's value left out."""
+  macros, others = set(), []
+  for line in open(os.path.join(REPO, gin_file)).read().splitlines():
+    text = line.split("#")[0].rstrip()
+    if not text or text[0].isspace():
+      continue
+    name = text.split("=")[0].strip()
+    if "=" in text and name.isupper():
+      macros.add(name)
+    else:
+      others.append(text)
+  return macros, others
+
+
+@pytest.mark.parametrize("covered", sorted(COVERED_BY))
+def test_a_covered_tpu_file_differs_from_its_cell_only_in_macro_values(
+    covered):
+  """A TPU file without a cell of its own has the includes and bindings of
+  the file whose cell covers it, and sets no macro that file does not: the
+  same step on the same 8 replicas, other data and hyperparameters."""
+  macros, others = _macro_names_and_other_lines(covered)
+  cell_macros, cell_others = _macro_names_and_other_lines(COVERED_BY[covered])
+  assert others and others == cell_others
+  assert macros and macros <= cell_macros
 
 
 @pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)

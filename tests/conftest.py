@@ -9,6 +9,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gin  # noqa: E402
 import pytest  # noqa: E402
 
+# Assertions in the shared helpers print the values they compare.
+pytest.register_assert_rewrite("matrix_fixtures")
+
 from bertexp.train import strategy  # noqa: E402
 
 # Before any test starts TensorFlow: 8 logical CPUs, so tests can build

@@ -182,9 +182,6 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
                           if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
   if mode == "distill_targets":
-    if not hasattr(task, "write_teacher_targets"):
-      raise ValueError("--mode=distill_targets needs "
-                       "bertexp.experiment.task = @bertexp.DistillationTask()")
     return task.write_teacher_targets(model)
   _check_pretrained_source(mode, model, model_dir, init_checkpoint,
                            require_pretrained_encoder)
@@ -293,9 +290,6 @@ def _start_runtime(mode, cpu_threads, seed, deterministic):
 def _export(mode, task, model, model_dir, checkpoint_path):
   """--mode=export (a SavedModel), export_tflite or export_onnx of the
   restored model."""
-  if mode == "export_tflite" and getattr(task, "num_labels", 0) < 2:
-    raise ValueError("export-tflite converts classifiers (num_labels >= 2); "
-                     f"{type(task).__name__} is not one")
   run_dir.restore_model(model, model_dir, checkpoint_path)
   model = task.serving_model(model)
   if mode == "export":

@@ -61,7 +61,7 @@ def _export(root, tflite=False):
 def _write_onnx_files(model, task, model_dir):
   """What export-onnx writes, version 1: onnx/{float32,int8}/1/model.onnx."""
   from bertexp.serving import onnx_export
-  proto = onnx_export.build_model_proto(model, task.meta["label_names"])
+  proto = onnx_export.build_model_proto(model, task.onnx_head())
   for kind in ("float32", "int8"):
     os.makedirs(f"{model_dir}/onnx/{kind}/1")
   float_path = f"{model_dir}/onnx/float32/1/model.onnx"

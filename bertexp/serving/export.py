@@ -36,6 +36,21 @@ class _ServingModule(tf.Module):
     return self._serving_outputs(self.model(inputs, training=False))
 
 
+# What bertexp reads back from an export besides the SavedModel, in TF
+# Serving's folder for extra files (which the server itself ignores).
+EXPORT_INFO = fileio.join("assets.extra", "bertexp.json")
+
+
+def write_export_info(task, export_dir):
+  """export_dir/assets.extra/bertexp.json: the task's Predictor decoder
+  ("module:name", or null for the Predictor's generic rows)."""
+  decoder = task.predictor_decoder()
+  fileio.makedirs(fileio.join(export_dir, "assets.extra"))
+  fileio.write_json(fileio.join(export_dir, EXPORT_INFO), {
+      "predictor_decoder": decoder and
+                           f"{decoder.__module__}:{decoder.__qualname__}"})
+
+
 def export_saved_model(task, model, model_dir, version=None):
   """Writes export/<version>/ (version: seconds since the epoch by default)."""
   version = version or int(time.time())
@@ -46,6 +61,7 @@ def export_saved_model(task, model, model_dir, version=None):
   if module.text is not None:
     signatures["serve_text"] = module.text.signature()
   tf.saved_model.save(module, tmp_dir, signatures=signatures)
+  write_export_info(task, tmp_dir)
   tf.io.gfile.rename(tmp_dir, export_dir, overwrite=True)
   logging.info("exported SavedModel to %s", export_dir)
   print(f"Exported SavedModel: {export_dir}", flush=True)
@@ -54,6 +70,10 @@ def export_saved_model(task, model, model_dir, version=None):
 
 def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
   """Token-id classifier -> TFLite, float and dynamic-range int8.
+
+  The task's `tflite_outputs` gives the models' outputs ({"probabilities":
+  [B, L]}); a task without them raises its one-line ValueError before
+  anything is written.
 
   Writes MODEL_DIR/tflite/model_{float,int8}.tflite and reports each file's
   size and its agreement with the float32 Keras model on `inputs` (held-out
@@ -65,12 +85,12 @@ def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
 
   @tf.function(input_signature=[spec])
   def classify(features):
-    return {"probabilities": tf.nn.softmax(model(features, training=False), -1)}
+    return task.tflite_outputs(model(features, training=False))
 
+  reference = task.tflite_outputs(model(inputs, training=False))
+  reference = reference["probabilities"].numpy()                     # [N, L]
   folder = fileio.join(model_dir, "tflite")
   fileio.makedirs(folder)
-  reference = model(inputs, training=False)
-  reference = tf.nn.softmax(reference, -1).numpy()                   # [N, L]
   report = {}
   for kind in ("float", "int8"):
     converter = tf.lite.TFLiteConverter.from_concrete_functions(

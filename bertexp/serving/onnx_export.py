@@ -5,7 +5,7 @@ Writes, in TF Serving's layout of numeric versions (so that `bertexp serve
 MODEL_DIR/onnx/int8` serves it, polling for new versions as for a
 SavedModel):
 
-    MODEL_DIR/onnx/float32/<version>/model.onnx   (bertexp.serving.onnx_graph)
+    MODEL_DIR/onnx/float32/<version>/model.onnx   (bertexp.model.onnx_graph)
     MODEL_DIR/onnx/int8/<version>/model.onnx      ONNX Runtime's dynamic
         quantization of the matmul and attention weights: int8 weights with a
         scale per output column, activations quantized per call
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from bertexp.serving import onnx_graph
+from bertexp.model import onnx_graph
 from bertexp.util import fileio
 
 MODEL_FILE = "model.onnx"
@@ -38,44 +38,20 @@ QUANTIZED_OPS = ["MatMul", "Attention"]
 MAX_EXAMPLES = 2048
 
 
-def build_model_proto(model, label_names=None):
+def build_model_proto(model, head):
   """The ONNX ModelProto of a restored serving model.
 
   Args:
-    model: a task's serving model, weights restored: a ClassifierModel
-      (classification or regression) or a SpanModel (question answering).
-    label_names: a classifier's label names (default "0", "1", ...).
+    model: a task's serving model, weights restored.
+    head: the task's head writer (`task.onnx_head()`, see
+      bertexp.model.onnx_graph).
   Returns:
     onnx.ModelProto with serving_default's inputs and outputs.
   Raises:
-    ValueError: a model kind or encoder the graph cannot express.
+    ValueError: an encoder the graph cannot express.
   """
-  from onnx import TensorProto
-  from bertexp.model import modeling
-  from bertexp.tasks import squad
   graph = onnx_graph.GraphBuilder()
-  sequence = onnx_graph.encoder_output(graph, model.encoder)         # [B, S, H]
-  if isinstance(model, modeling.ClassifierModel):
-    logits = onnx_graph.dense(graph, onnx_graph.pooled_output(
-        graph, sequence, model.encoder), model.classifier, "classifier")
-    if model.num_labels == 1:
-      outputs = onnx_graph.regression_outputs(graph, logits)
-      shapes = {"value": (TensorProto.FLOAT, ["batch"])}
-    else:
-      names = label_names or [str(i) for i in range(model.num_labels)]
-      outputs = onnx_graph.classifier_outputs(graph, logits, names)
-      shapes = {"probabilities": (TensorProto.FLOAT,
-                                  ["batch", model.num_labels]),
-                "label": (TensorProto.STRING, ["batch"])}
-  elif isinstance(model, squad.SpanModel):
-    logits = onnx_graph.dense(graph, sequence, model.span_head, "span")
-    outputs = onnx_graph.span_outputs(graph, logits)
-    shapes = {name: (TensorProto.FLOAT, ["batch", "sequence"])
-              for name in outputs}
-  else:
-    raise ValueError("export-onnx writes classification, regression and "
-                     f"question-answering models, not a "
-                     f"{type(model).__name__}")
+  outputs, shapes = head(graph, model)
   return onnx_graph.model_proto(graph, outputs, shapes, producer="bertexp")
 
 
@@ -140,11 +116,12 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
   """
   import tempfile
   import tensorflow as tf
+  head = task.onnx_head()       # a task without one: its one-line error
   version = version or int(time.time())
   expected = _in_batches(lambda rows: {
       k: np.asarray(v) for k, v in task.serving_outputs(
           model(rows, training=False)).items()}, inputs)
-  proto = build_model_proto(model, task.meta.get("label_names"))
+  proto = build_model_proto(model, head)
   report = {}
   # ONNX Runtime reads local files: built in a local folder, then copied
   # (MODEL_DIR may be gs://); each version folder appears whole.
@@ -183,13 +160,11 @@ def save_text_packer(task, model, folder):
     vocabulary file), with a line saying so.
   """
   import tensorflow as tf
-  text = task.text_serving(model)
-  packer = getattr(text, "packer", None)
+  packer = task.text_packer(model)
   if packer is None:
     print(f"{folder}: no serve_text for this ONNX model (the task's raw-text "
           "serving needs more than tokenizing; send token ids)", flush=True)
     return False
-  packer = packer()
   tf.saved_model.save(packer, fileio.join(folder, TEXT_FOLDER),
                       signatures={"serve_text": packer.signature()})
   return True

@@ -9,8 +9,12 @@
 It calls the SavedModel's `serve_text` signature (tokenizer and packing in
 the graph, as `bertexp prepare` does), in batches of `batch_size`.
 """
+import importlib
+
+import numpy as np
 import tensorflow as tf
 
+from bertexp.serving import export
 from bertexp.serving.versions import resolve_export_dir
 from bertexp.util import fileio
 
@@ -21,27 +25,49 @@ def _text(value, what):
   return value
 
 
-def _tagged(out, i):
-  """Row i of a tagging export's outputs -> {"entities", "words"}."""
-  entities = [{"text": out["entity_texts"][i][k].decode(),
-               "type": out["entity_types"][i][k].decode(),
-               "start": int(out["entity_starts"][i][k]),
-               "end": int(out["entity_ends"][i][k]),
-               "score": float(out["entity_scores"][i][k])}
-              for k in range(int(out["num_entities"][i]))]
-  words = [{"text": word.decode(), "tag": tag.decode(), "start": int(start),
-            "end": int(end), "score": float(score)}
-           for word, tag, start, end, score in zip(
-               out["words"][i], out["tags"][i], out["word_starts"][i],
-               out["word_ends"][i], out["scores"][i]) if start >= 0]
-  return {"entities": entities, "words": words}
+def generic_row(outputs, i):
+  """Row i of every output ({name: [N, ...] numpy}): strings decoded,
+  numbers as Python numbers, arrays as lists (a classifier's {"label",
+  "probabilities"}, a regression's {"value"}, an answer's fields)."""
+  return {name: _python(values[i]) for name, values in outputs.items()}
+
+
+def _python(value):
+  if isinstance(value, bytes):
+    return value.decode()
+  if isinstance(value, np.ndarray):
+    return [_python(v) for v in value]
+  return value.item() if isinstance(value, np.generic) else value
+
+
+def _decoder(export_dir):
+  """The row decoder the export names in assets.extra/bertexp.json (an
+  export without one, or of a task without one: generic_row).
+
+  Raises:
+    ValueError: the named module or function cannot be imported here.
+  """
+  path = fileio.join(export_dir, export.EXPORT_INFO)
+  name = (fileio.read_json(path).get("predictor_decoder")
+          if tf.io.gfile.exists(path) else None)
+  if not name:
+    return generic_row
+  module, _, function = name.partition(":")
+  try:
+    return getattr(importlib.import_module(module), function)
+  except (ImportError, AttributeError) as e:
+    raise ValueError(f"{path}: predictor_decoder {name!r} cannot be "
+                     f"imported here ({e}); import the task's package "
+                     "first") from None
 
 
 class Predictor:
   """Classification, regression, tagging or question answering from an export.
 
-  `predict(rows)` -> one dict per row: {"label", "probabilities"} for a
-  classifier (probabilities in label-id order), {"value"} for regression,
+  `predict(rows)` -> one dict per row, as the task's decoder gives it
+  (recorded in the export, see Task.predictor_decoder), else each output's
+  value of the row: {"label", "probabilities"} for a classifier
+  (probabilities in label-id order), {"value"} for regression,
   {"entities": [{"text", "type", "start", "end", "score"}], "words": [{"text",
   "tag", "start", "end", "score"}]} for a tagger (character offsets into the
   row's text).
@@ -65,6 +91,7 @@ class Predictor:
                        "signature (no vocabulary was configured)")
     self._serve = self._loaded.signatures["serve_text"]
     self.inputs = sorted(self._serve.structured_input_signature[1])
+    self._decode = _decoder(self.export_dir)
 
   def _run(self, columns):
     """{input name: [str]} -> {output name: numpy array}, batch by batch."""
@@ -96,12 +123,7 @@ class Predictor:
     if not rows:
       return []
     out = self._run(columns)
-    if "entity_types" in out:
-      return [_tagged(out, i) for i in range(len(rows))]
-    if "value" in out:
-      return [{"value": float(v)} for v in out["value"]]
-    return [{"label": label.decode(), "probabilities": [float(p) for p in probs]}
-            for label, probs in zip(out["label"], out["probabilities"])]
+    return [self._decode(out, i) for i in range(len(rows))]
 
   def answer(self, question, context):
     """The answer span of `context` for `question` (or lists of both)."""
@@ -118,12 +140,5 @@ class Predictor:
     out = self._run({
         "question": [_text(q, f"question {i}") for i, q in enumerate(questions)],
         "context": [_text(c, f"context {i}") for i, c in enumerate(contexts)]})
-    results = []
-    for i in range(len(questions)):
-      result = {"answer": out["answer"][i].decode(),
-                "score": float(out["score"][i]),
-                "context_truncated": bool(out["context_truncated"][i])}
-      if "null_score_diff" in out:
-        result["null_score_diff"] = float(out["null_score_diff"][i])
-      results.append(result)
+    results = [self._decode(out, i) for i in range(len(questions))]
     return results[0] if single else results

@@ -6,7 +6,7 @@ the strategy scope. It never owns a train step: the trainer calls `loss`,
 """
 import abc
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -62,8 +62,17 @@ class Task(abc.ABC):
   bertexp/registry.py; a .gin file then binds
   `bertexp.experiment.task = @bertexp.MyTask()`.
 
+  What a task can do besides training is declared here, never probed for
+  by the shared layers: a capability the task lacks raises a one-line
+  ValueError naming the task (export-onnx of a task without an ONNX head,
+  --mode=distill_targets of a task without a teacher).
+
   Shape legend: B examples in a (per-replica) batch, S sequence length.
   """
+
+  # The seed of the training data's order (None: drawn once per run and
+  # kept in the checkpoint); gin-configurable tasks bind it from SEED.
+  seed: Optional[int] = None
 
   @abc.abstractmethod
   def build_model(self) -> tf_keras.Model:
@@ -94,7 +103,7 @@ class Task(abc.ABC):
   def default_train_order(self, train_order: Optional[pipeline.TrainOrder]
                           ) -> pipeline.TrainOrder:
     """`train_order`, or the task's seed (0 when None) from the start."""
-    return train_order or pipeline.TrainOrder(seed=getattr(self, "seed", 0) or 0)
+    return train_order or pipeline.TrainOrder(seed=self.seed or 0)
 
   @abc.abstractmethod
   def per_example_loss(self, labels: Any, outputs: Any) -> tf.Tensor:
@@ -177,6 +186,55 @@ class Task(abc.ABC):
     """
     del model
     return None
+
+  def text_packer(self, model: tf_keras.Model) -> Optional[tf.Module]:
+    """The tokenizer and packing of `text_serving` alone (raw text -> token
+    ids), saved beside an ONNX model to give it `serve_text`; None when the
+    task's raw-text serving needs more than packing (default) or it has no
+    vocabulary."""
+    del model
+    return None
+
+  def predictor_decoder(self) -> Optional[Callable[[Dict, int], Dict]]:
+    """The module-level function that turns row i of `serve_text`'s outputs
+    into what `bertexp.Predictor.predict` returns for that row (called as
+    function(outputs {name: [N, ...] numpy}, i) -> dict); an export records
+    its "module:name", so the module must be importable where the export is
+    read. None (default): every output's value of the row, strings
+    decoded."""
+    return None
+
+  def onnx_head(self) -> Callable[[Any, tf_keras.Model], Tuple[Dict, Dict]]:
+    """The writer of this task's head in an ONNX graph (see
+    bertexp.model.onnx_graph: called as writer(graph, model) -> (outputs,
+    output shapes)).
+
+    Raises:
+      ValueError: the task has no ONNX head (default).
+    """
+    raise ValueError(f"export-onnx: {type(self).__name__} has no ONNX head "
+                     "(export a SavedModel with --mode=export instead)")
+
+  def tflite_outputs(self, outputs: Any) -> Dict[str, tf.Tensor]:
+    """What export-tflite's models return for the model's outputs.
+
+    Raises:
+      ValueError: the task has no TFLite export (default).
+    """
+    del outputs
+    raise ValueError(f"export-tflite: {type(self).__name__} has no TFLite "
+                     "export (it converts classifiers)")
+
+  def write_teacher_targets(self, model: tf_keras.Model) -> Any:
+    """--mode=distill_targets: writes a teacher's outputs once.
+
+    Raises:
+      ValueError: the task has no teacher (default).
+    """
+    del model
+    raise ValueError(f"--mode=distill_targets: {type(self).__name__} has no "
+                     "teacher; bind bertexp.experiment.task to a task that "
+                     "distils (e.g. @bertexp.DistillationTask())")
 
   def predict_splits(self) -> List[str]:
     """Splits that --mode=predict writes predictions for."""

@@ -13,6 +13,7 @@ from bertexp.data import prepare
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
+from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import text_serving
 from bertexp.tasks import glue_metrics
@@ -315,6 +316,21 @@ class ClassificationTask(base.Task):
         str(i) for i in range(self.num_labels)]
     return {"probabilities": probabilities,
             "label": tf.gather(tf.constant(names), tf.argmax(probabilities, -1))}
+
+  def tflite_outputs(self, outputs):
+    if self.is_regression:
+      return super().tflite_outputs(outputs)
+    return {"probabilities": tf.nn.softmax(outputs, axis=-1)}        # [B, L]
+
+  def onnx_head(self):
+    if self.is_regression:
+      return onnx_graph.regression_head
+    return onnx_graph.classifier_head(self.meta.get("label_names") or [
+        str(i) for i in range(self.num_labels)])
+
+  def text_packer(self, model):
+    serving = self.text_serving(model)
+    return serving and serving.packer()
 
   def text_serving(self, model):
     """`serve_text`: raw text packed as `bertexp prepare` packed it (None,

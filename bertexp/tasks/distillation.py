@@ -635,8 +635,25 @@ class DistillationTask(base.Task):
   def num_labels(self):
     return getattr(self.student, "num_labels", 0)
 
+  @property
+  def seed(self):
+    """The student's SEED: the data order is the student's."""
+    return self.student.seed
+
   def text_serving(self, model):
     return self.student.text_serving(model)
+
+  def text_packer(self, model):
+    return self.student.text_packer(model)
+
+  def predictor_decoder(self):
+    return self.student.predictor_decoder()
+
+  def onnx_head(self):
+    return self.student.onnx_head()
+
+  def tflite_outputs(self, outputs):
+    return self.student.tflite_outputs(outputs)
 
   def predict_splits(self):
     return self.student.predict_splits()

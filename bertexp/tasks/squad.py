@@ -19,6 +19,7 @@ from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
+from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import squad_answers
 from bertexp.tasks import squad_scoring
@@ -180,6 +181,9 @@ class QuestionAnsweringTask(base.Task):
 
   def serving_outputs(self, outputs):
     return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
+
+  def onnx_head(self):
+    return onnx_graph.span_head
 
   def text_serving(self, model):
     """`serve_text`: (question, context) -> answer, in the graph (see

@@ -326,6 +326,9 @@ class TaggingTask(base.Task):
     return {"tag_ids": tf.argmax(outputs, -1, output_type=tf.int32),
             "scores": tf.reduce_max(probabilities, -1)}             # [B, S]
 
+  def predictor_decoder(self):
+    return tagging_serving.predictor_row
+
   def text_serving(self, model):
     """`serve_text`: raw text -> words with tags and offsets, and entities
     (see bertexp.tasks.tagging_serving); None when the vocab is missing."""

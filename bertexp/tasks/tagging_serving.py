@@ -185,3 +185,23 @@ class TaggingServing(tf.Module):
     """The concrete function of `serve_text`."""
     return tf.function(lambda text: self._serve(text),
                        input_signature=[_TEXT]).get_concrete_function()
+
+
+def predictor_row(outputs, i):
+  """Row i of a tagger's `serve_text` outputs ({name: [N, ...] numpy}) as
+  `bertexp.Predictor.predict` returns it: {"entities": [{"text", "type",
+  "start", "end", "score"}], "words": [{"text", "tag", "start", "end",
+  "score"}]}, character offsets into the row's text."""
+  entities = [{"text": outputs["entity_texts"][i][k].decode(),
+               "type": outputs["entity_types"][i][k].decode(),
+               "start": int(outputs["entity_starts"][i][k]),
+               "end": int(outputs["entity_ends"][i][k]),
+               "score": float(outputs["entity_scores"][i][k])}
+              for k in range(int(outputs["num_entities"][i]))]
+  words = [{"text": word.decode(), "tag": tag.decode(), "start": int(start),
+            "end": int(end), "score": float(score)}
+           for word, tag, start, end, score in zip(
+               outputs["words"][i], outputs["tags"][i],
+               outputs["word_starts"][i], outputs["word_ends"][i],
+               outputs["scores"][i]) if start >= 0]
+  return {"entities": entities, "words": words}

@@ -174,8 +174,7 @@ def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size,
   the checkpoint's data position, in the order of its data seed."""
   def build():
     if int(state.data_seed.numpy()) < 0:
-      state.data_seed.assign(order_lib.resolve_seed(getattr(task, "seed",
-                                                            None)))
+      state.data_seed.assign(order_lib.resolve_seed(task.seed))
     train_order = pipeline.TrainOrder(
         seed=int(state.data_seed.numpy()),
         start=int(state.examples_seen.numpy()),

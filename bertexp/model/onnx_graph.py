@@ -195,24 +195,62 @@ def span_outputs(graph, logits):
   return outputs
 
 
+# Head writers: what a task's `onnx_head` returns. Each is called as
+# writer(graph, model) with the task's serving model (weights restored) and
+# returns ({output name: tensor}, {output name: (element type, shape)}),
+# element types "float" or "string", shapes of named or sized dimensions.
+def classifier_head(label_names):
+  """The writer of a ClassifierModel's probabilities [B, L] and label [B]
+  (the name of the most probable of `label_names`)."""
+  def write(graph, model):
+    logits = _pooled_dense(graph, model)
+    return (classifier_outputs(graph, logits, list(label_names)),
+            {"probabilities": ("float", ["batch", len(label_names)]),
+             "label": ("string", ["batch"])})
+  return write
+
+
+def regression_head(graph, model):
+  """The writer of a one-output ClassifierModel's value [B]."""
+  return (regression_outputs(graph, _pooled_dense(graph, model)),
+          {"value": ("float", ["batch"])})
+
+
+def span_head(graph, model):
+  """The writer of a span model's start_logits and end_logits [B, S] (its
+  dense layer `span_head` on the sequence output)."""
+  sequence = encoder_output(graph, model.encoder)                   # [B, S, H]
+  outputs = span_outputs(graph, dense(graph, sequence, model.span_head, "span"))
+  return outputs, {name: ("float", ["batch", "sequence"]) for name in outputs}
+
+
+def _pooled_dense(graph, model):
+  """The classifier's logits [B, L] of the pooled output."""
+  sequence = encoder_output(graph, model.encoder)                   # [B, S, H]
+  pooled = pooled_output(graph, sequence, model.encoder)            # [B, H]
+  return dense(graph, pooled, model.classifier, "classifier")
+
+
 def model_proto(graph, outputs, output_shapes, producer):
   """The ModelProto of `graph` with serving_default's names.
 
   Args:
     graph: the GraphBuilder.
     outputs: {output name: the graph's tensor name}.
-    output_shapes: {output name: (onnx element type, shape)}.
+    output_shapes: {output name: ("float" | "string", shape)}.
     producer: the producer string (e.g. "bertexp 0.1.0").
   """
   from onnx import TensorProto, helper
+  element_types = {"float": TensorProto.FLOAT, "string": TensorProto.STRING}
   for name, tensor in outputs.items():    # serving_default's output names
     graph.nodes.append(helper.make_node("Identity", [tensor], [name],
                                         name=f"output_{name}"))
   inputs = [helper.make_tensor_value_info(name, TensorProto.INT32,
                                           ["batch", "sequence"])
             for name in INPUT_NAMES]
-  value_infos = [helper.make_tensor_value_info(name, dtype, shape)
-                 for name, (dtype, shape) in output_shapes.items()]
+  value_infos = [helper.make_tensor_value_info(name, element_types[kind],
+                                               shape)
+                 for name, (kind, shape) in output_shapes.items()]
   proto = helper.make_graph(graph.nodes, "bertexp", inputs, value_infos,
                             initializer=graph.initializers)
   model = helper.make_model(

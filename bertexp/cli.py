@@ -45,93 +45,6 @@ def cmd_train(args):
   experiment.experiment(mode=args.mode, config_text=config_text)
 
 
-def cmd_prepare(args):
-  """`bertexp prepare glue|classification|squad|tagging|pretraining`."""
-  if args.kind == "pretraining":
-    from bertexp.data import pretraining
-    options = pretraining.Options(
-        vocab_file=args.vocab_file, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq,
-        masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
-        dupe_factor=args.dupe_factor, random_seed=args.random_seed,
-        do_whole_word_mask=args.do_whole_word_mask,
-        chinese_word_segmenter=args.chinese_word_segmenter,
-        do_lower_case=not args.no_lower_case)
-    meta = pretraining.prepare_pretraining(
-        input_files=args.input_file, output_file=args.output_file,
-        options=options, num_workers=args.num_workers)
-    print(f"prepared pretraining: {meta['train_data_size']} instances from "
-          f"{meta['documents']} documents, masked fraction "
-          f"{meta['masked_fraction']:.4f}, {meta['unknown_tokens']} [UNK] of "
-          f"{meta['tokens']} tokens -> {args.output_file}", flush=True)
-    return
-  from bertexp.data import prepare
-  common = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
-                max_seq_length=args.max_seq_length,
-                do_lower_case=not args.no_lower_case,
-                max_position_embeddings=_max_positions(args.bert_config_file))
-  if args.kind == "squad":
-    from bertexp.data import squad
-    meta = squad.prepare_squad(
-        squad_file=args.squad_file, vocab_file=args.vocab_file,
-        output_dir=args.output_dir,
-        version_2_with_negative=args.version_2_with_negative,
-        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
-        max_query_length=args.max_query_length,
-        do_lower_case=not args.no_lower_case, is_training=not args.eval)
-    print(f"prepared {meta['task']}: {meta['num_questions']} questions, "
-          f"{meta.get('train_data_size', meta.get('eval_data_size'))} windows, "
-          f"{meta['skipped_answer_not_found']} skipped (answer not found)",
-          flush=True)
-    return
-  if args.kind == "tagging":
-    cmd_prepare_tagging(args, common)
-    return
-  if args.kind == "glue":
-    meta = prepare.prepare_glue(args.task, input_dir=args.input_dir, **common)
-  else:
-    meta = prepare.prepare_classification(
-        task_name=args.task_name, train_file=args.train_file,
-        eval_file=args.eval_file, test_file=args.test_file,
-        text_columns=[c.strip() for c in args.text_columns.split(",")],
-        label_column=args.label_column,
-        labels=args.labels.split(",") if args.labels else None,
-        regression=args.regression, id_column=args.id_column,
-        doc_stride=args.doc_stride, folds=args.folds,
-        fold_seed=args.fold_seed, **common)
-  skipped = meta.get("skipped_malformed_rows")
-  print(f"prepared {meta['task']}: {meta['split_sizes']} examples, "
-        f"truncated {meta['truncated_examples']}" +
-        (f", skipped malformed rows {skipped}" if skipped else ""), flush=True)
-
-
-def cmd_prepare_tagging(args, common):
-  """`bertexp prepare tagging`."""
-  from bertexp.data import tagging
-  files = [("train", args.train_file)] + [
-      (name, path) for name, path in (("eval", args.eval_file),
-                                      ("test", args.test_file)) if path]
-  tag_column = None if args.no_tags else args.tag_column
-  meta = tagging.prepare_tagging(
-      task_name=args.task_name, files=files, file_format=args.format,
-      scheme=args.scheme, input_scheme=args.input_scheme,
-      labels=args.labels.split(",") if args.labels else None,
-      doc_stride=args.doc_stride, token_column=args.token_column,
-      tag_column=tag_column, **common)
-  print(f"prepared {meta['task']}: {meta['sentence_counts']} sentences -> "
-        f"{meta['split_sizes']} windows ({meta['sentences_split_into_windows']}"
-        f" split); {meta['num_labels']} labels: "
-        f"{','.join(meta['label_names'])}", flush=True)
-
-
-def _max_positions(bert_config_file):
-  if not bert_config_file:
-    return None
-  from bertexp.model import modeling
-  return modeling.BertConfig.from_json_file(
-      bert_config_file).max_position_embeddings
-
-
 def cmd_build_vocab(args):
   """`bertexp build-vocab`: a WordPiece vocabulary learned from raw text."""
   from bertexp.data import vocab
@@ -302,103 +215,18 @@ def _training_commands(sub, add):
 
 
 def _prepare_commands(sub, add):
-  """prepare glue / classification / squad / tagging / pretraining."""
+  """prepare <kind>: the subcommands the tasks declare
+  (bertexp/tasks/*_prepare.py, see bertexp.tasks.prepare_command)."""
+  from bertexp.tasks import prepare_command
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)
-  glue = add(prep_sub, "glue", help="a GLUE task folder")
-  glue.add_argument("--task", required=True)
-  glue.add_argument("--input_dir", required=True)
-  cls = add(prep_sub, "classification", help="any TSV/CSV/JSONL")
-  cls.add_argument("--train_file", required=True)
-  cls.add_argument("--eval_file", help="required with --label_column")
-  cls.add_argument("--test_file")
-  cls.add_argument("--text_columns", required=True,
-                   help="one or two column names, comma separated")
-  cls.add_argument("--label_column",
-                   help="omit for unlabelled text (a distillation teacher "
-                   "labels it; --labels names the teacher's labels)")
-  cls.add_argument("--id_column")
-  cls.add_argument("--folds", type=int,
-                   help="also k-fold splits of the training file (stratified "
-                   "by label) for `bertexp sweep --folds`")
-  cls.add_argument("--fold_seed", type=int, default=12345,
-                   help="the seed of the fold assignment")
-  cls.add_argument("--doc_stride", type=int,
-                   help="long texts become windows this many pieces apart "
-                   "(single texts); eval and predict pool each document's "
-                   "windows (bertexp.ClassificationTask.window_pooling)")
-  labels = cls.add_mutually_exclusive_group()
-  labels.add_argument("--labels", help="label names in id order")
-  labels.add_argument("--regression", action="store_true")
-  cls.add_argument("--task_name", required=True)
-  sq = add(prep_sub, "squad", help="a SQuAD v1.1 / v2.0 JSON file")
-  sq.add_argument("--squad_file", required=True)
-  sq.add_argument("--version_2_with_negative", action="store_true")
-  sq.add_argument("--doc_stride", type=int, default=128,
-                  help="tokens between the starts of a long context's windows")
-  sq.add_argument("--max_query_length", type=int, default=64,
-                  help="question tokens kept (longer questions are cut)")
-  sq.add_argument("--eval", action="store_true",
-                  help="evaluation windows (no answer positions)")
-  tag = add(prep_sub, "tagging", help="tagged tokens (NER, POS): CoNLL, "
-            "CoNLL-U, JSONL, People's Daily")
-  tag.add_argument("--format", required=True,
-                   choices=["conll", "conllu", "jsonl", "peoples_daily"])
-  tag.add_argument("--train_file", required=True)
-  tag.add_argument("--eval_file")
-  tag.add_argument("--test_file")
-  tag.add_argument("--task_name", required=True)
-  tag.add_argument("--scheme", default="BIO",
-                   help="what the task trains in: BIO, BIOES, or NONE for "
-                   "plain tags (POS)")
-  tag.add_argument("--input_scheme",
-                   help="the files' scheme when it differs (IOB1, BIO, BIOES)")
-  tag.add_argument("--labels", help="entity types (NONE: tags) in order; "
-                   "default: the training file's, sorted")
-  tag.add_argument("--token_column", type=int, default=0,
-                   help="CoNLL: the token's column (0-based)")
-  tag.add_argument("--tag_column", type=int, default=-1,
-                   help="CoNLL: the tag's column (-1: the last)")
-  tag.add_argument("--no_tags", action="store_true",
-                   help="CoNLL: the files have no tag column (to predict)")
-  tag.add_argument("--doc_stride", type=int,
-                   help="pieces between the starts of a long sentence's "
-                   "windows (default: half a window)")
-  pt = add(prep_sub, "pretraining", help="raw text -> MLM/NSP records")
-  pt.add_argument("--input_file", required=True,
-                  help="glob(s), comma separated: one sentence per line, "
-                       "blank line between documents")
-  pt.add_argument("--output_file", required=True)
-  pt.add_argument("--vocab_file", required=True)
-  pt.add_argument("--max_seq_length", type=int, default=128,
-                  help="tokens per example, [CLS] and [SEP]s included")
-  pt.add_argument("--max_predictions_per_seq", type=int, default=20,
-                  help="masked positions kept per example")
-  pt.add_argument("--masked_lm_prob", type=float, default=0.15,
-                  help="share of tokens (or whole words) masked")
-  pt.add_argument("--short_seq_prob", type=float, default=0.1,
-                  help="share of examples given a shorter random length")
-  pt.add_argument("--dupe_factor", type=int, default=10,
-                  help="passes over the text, each with other masks")
-  pt.add_argument("--random_seed", type=int, default=12345,
-                  help="seed of the masks, pairs and short lengths")
-  pt.add_argument("--do_whole_word_mask", action="store_true")
-  pt.add_argument("--chinese_word_segmenter", choices=["jieba"])
-  pt.add_argument("--no_lower_case", action="store_true")
-  pt.add_argument("--num_workers", type=int,
-                  help="processes (default: up to 2, one per core)")
-  pt.set_defaults(func=cmd_prepare)
-  for p in (glue, cls, sq, tag):
-    p.add_argument("--vocab_file", required=True)
-    p.add_argument("--output_dir", required=True)
-    p.add_argument("--max_seq_length", type=int,
-                   default=384 if p is sq else 128,
-                   help="tokens per example; longer text is cut")
-    p.add_argument("--no_lower_case", action="store_true",
-                   help="cased vocabularies")
-    p.add_argument("--bert_config_file",
-                   help="checks max_seq_length against the model")
-    p.set_defaults(func=cmd_prepare)
+  for command in prepare_command.discover():
+    parser = add(prep_sub, command.name, help=command.help)
+    command.add_arguments(parser)
+    if command.text_flags_default_length is not None:
+      prepare_command.add_text_flags(parser,
+                                     command.text_flags_default_length)
+    parser.set_defaults(func=command.run)
 
 
 def _tool_commands(sub, add):

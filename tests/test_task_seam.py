@@ -94,3 +94,23 @@ def test_every_shared_room_exists():
   rooms = {room(module) for module in _modules()}
   assert set(SHARED_ROOMS) <= rooms, sorted(set(SHARED_ROOMS) - rooms)
   assert os.path.isdir(os.path.join(PACKAGE, "tasks"))
+
+
+def test_prepare_subcommands_are_the_ones_the_tasks_declare(capsys):
+  """`bertexp prepare <kind>` lists exactly the commands of
+  bertexp/tasks/*_prepare.py, and the command line holds no branch per
+  kind: a new task's data command is one module in tasks/."""
+  from bertexp import cli
+  from bertexp.tasks import prepare_command
+  declared = [c.name for c in prepare_command.discover()]
+  assert set(declared) == {"glue", "classification", "squad", "tagging",
+                           "pretraining"}
+  with pytest.raises(SystemExit):
+    cli.build_parser().parse_args(["prepare", "--help"])
+  assert "{" + ",".join(declared) + "}" in capsys.readouterr().out
+  squad = cli.build_parser().parse_args(
+      ["prepare", "squad", "--squad_file=f", "--vocab_file=v",
+       "--output_dir=o"])
+  assert squad.max_seq_length == 384 and squad.doc_stride == 128
+  cli_source = open(os.path.join(PACKAGE, "cli.py"), encoding="utf-8").read()
+  assert "args.kind" not in cli_source and "kind ==" not in cli_source

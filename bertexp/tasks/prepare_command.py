@@ -1,0 +1,90 @@
+"""`bertexp prepare <kind>`: the subcommands a task declares for its data.
+
+A task's package module `bertexp/tasks/<task>_prepare.py` defines
+`COMMANDS`, a tuple of PrepareCommand; the command line finds those modules
+by their name (nothing registers itself on import) and adds one `prepare`
+subcommand per command. These modules import nothing heavy at the top, so
+`bertexp --help` stays fast: a command's `run` imports what it needs.
+
+    COMMANDS = (PrepareCommand(
+        name="my_task", help="my files -> TFRecords + meta data",
+        add_arguments=_arguments, run=_run),)
+"""
+import argparse
+import dataclasses
+from typing import Any, Callable, Dict, Optional
+
+MODULE_SUFFIX = "_prepare"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareCommand:
+  """One `bertexp prepare` subcommand.
+
+  Attributes:
+    name: the subcommand (`bertexp prepare <name>`).
+    help: one line for `bertexp prepare --help`.
+    add_arguments: adds the command's own flags to its parser.
+    run: runs the command on the parsed flags (prints what it wrote).
+    text_flags_default_length: None for a command with flags of its own
+      only; else the command also takes the flags of every text-to-records
+      command (--vocab_file, --output_dir, --max_seq_length with this
+      default, --no_lower_case, --bert_config_file), read back by
+      `text_options(args)`.
+  """
+  name: str
+  help: str
+  add_arguments: Callable[[argparse.ArgumentParser], None]
+  run: Callable[[argparse.Namespace], None]
+  text_flags_default_length: Optional[int] = 128
+
+
+def add_text_flags(parser, default_length):
+  """The flags every text-to-records command shares."""
+  parser.add_argument("--vocab_file", required=True)
+  parser.add_argument("--output_dir", required=True)
+  parser.add_argument("--max_seq_length", type=int, default=default_length,
+                      help="tokens per example; longer text is cut")
+  parser.add_argument("--no_lower_case", action="store_true",
+                      help="cased vocabularies")
+  parser.add_argument("--bert_config_file",
+                      help="checks max_seq_length against the model")
+
+
+def text_options(args) -> Dict[str, Any]:
+  """The shared flags as keyword arguments of the data/ prepare functions:
+  vocab_file, output_dir, max_seq_length, do_lower_case and
+  max_position_embeddings (from --bert_config_file, or None)."""
+  positions = None
+  if args.bert_config_file:
+    from bertexp.model import modeling
+    positions = modeling.BertConfig.from_json_file(
+        args.bert_config_file).max_position_embeddings
+  return dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
+              max_seq_length=args.max_seq_length,
+              do_lower_case=not args.no_lower_case,
+              max_position_embeddings=positions)
+
+
+def discover():
+  """Every PrepareCommand of the modules bertexp/tasks/*_prepare.py, in
+  module-name order.
+
+  Raises:
+    ValueError: two commands share a name.
+  """
+  import importlib
+  import pkgutil
+  from bertexp import tasks
+  found = {}
+  for info in sorted(pkgutil.iter_modules(tasks.__path__),
+                     key=lambda info: info.name):
+    if not info.name.endswith(MODULE_SUFFIX):
+      continue
+    module = importlib.import_module(f"{tasks.__name__}.{info.name}")
+    for command in module.COMMANDS:
+      if command.name in found:
+        raise ValueError(f"prepare {command.name}: declared by "
+                         f"{found[command.name][0]} and {info.name}")
+      found[command.name] = (info.name, command)
+  return [command for _, command in found.values()]

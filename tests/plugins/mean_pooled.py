@@ -1,0 +1,126 @@
+"""A task outside bertexp: sentence classification from the mean of the
+encoder's token vectors (real tokens only) instead of the [CLS] pooler, on
+the records of `bertexp prepare classification`.
+
+It uses only bertexp's public pieces (the Task interface, the encoder, the
+record pipeline, the raw-text packer) and is registered by its own gin
+`import`:
+
+    import plugins.mean_pooled
+    bertexp.experiment.task = @plugins.MeanPooledClassificationTask()
+
+Shape legend: B batch, S sequence length, H hidden size, L labels.
+"""
+import os
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from bertexp.data import pipeline
+from bertexp.model import encoders
+from bertexp.model import modeling
+from bertexp.tasks import base
+from bertexp.tasks import text_serving
+from bertexp.util import fileio
+
+
+class MeanPooledModel(tf_keras.Model):
+  """Encoder -> masked mean of sequence_output -> dense: logits [B, L]."""
+
+  def __init__(self, encoder, num_labels, **kwargs):
+    super().__init__(**kwargs)
+    self.encoder = encoder
+    self.num_labels = num_labels
+    self.scorer = tf_keras.layers.Dense(num_labels, name="scorer")
+
+  def get_config(self):
+    return {"encoder": self.encoder.get_config(),
+            "num_labels": self.num_labels}
+
+  def call(self, inputs, training=None, dropout_seed=None):
+    sequence = self.encoder(inputs, training=training,
+                            dropout_seed=dropout_seed)["sequence_output"]
+    mask = tf.cast(inputs["input_mask"], sequence.dtype)[..., None]  # [B, S, 1]
+    mean = tf.reduce_sum(sequence * mask, 1) / tf.reduce_sum(mask, 1)  # [B, H]
+    return tf.cast(self.scorer(mean), tf.float32)                     # [B, L]
+
+
+@gin.configurable(module="plugins")
+class MeanPooledClassificationTask(base.Task):
+  """Classification with mean pooling (see the module docstring)."""
+
+  def __init__(self, *, bert_config_file=gin.REQUIRED,
+               meta_data_path=gin.REQUIRED, train_data_path=None,
+               eval_data_path=None, test_data_path=None, seed=None):
+    self.bert_config_file = bert_config_file
+    self.meta_data_path = meta_data_path
+    self.meta = fileio.read_json(meta_data_path)
+    self.paths = {"train": train_data_path, "eval": eval_data_path,
+                  "test": test_data_path}
+    self.seed = seed
+    self.labels = self.meta["label_names"]
+
+  def build_model(self):
+    config = base.checked_bert_config(self.bert_config_file, self.meta,
+                                      self.meta_data_path)
+    model = MeanPooledModel(encoders.build_encoder(config), len(self.labels),
+                            name="mean_pooled")
+    model(modeling.dummy_inputs(), training=False)
+    return model
+
+  def build_inputs(self, split, input_context=None, batch_size=0,
+                   train_order=None):
+    return pipeline.make_dataset(
+        self.paths[split], seq_length=self.meta["max_seq_length"],
+        label_type=self.meta["label_type"], batch_size=batch_size,
+        is_training=split == "train", input_context=input_context,
+        train_order=self.default_train_order(train_order), shuffle_buffer=0,
+        num_examples=(None if split == "train" else
+                      self.meta["split_sizes"][split]))
+
+  def num_train_examples(self):
+    return self.meta["split_sizes"]["train"]
+
+  def per_example_loss(self, labels, outputs):
+    return tf_keras.losses.sparse_categorical_crossentropy(
+        labels, outputs, from_logits=True)                           # [B]
+
+  def eval_outputs(self, features, labels, outputs):
+    return {"labels": labels, "logits": outputs,
+            "weights": features["example_weight"]}
+
+  def finalize_eval(self, gathered):
+    real = gathered["weights"] > 0
+    predicted = gathered["logits"][real].argmax(-1)
+    return {"accuracy": float(np.mean(predicted == gathered["labels"][real])),
+            "num_examples": int(real.sum())}
+
+  def eval_splits(self):
+    return {"eval": self.meta["split_sizes"]["eval"]}
+
+  def selection_metric(self):
+    return "accuracy"
+
+  def predict_splits(self):
+    return ["test"] if self.paths["test"] else []
+
+  def write_predictions(self, gathered, output_dir, split):
+    real = gathered["weights"] > 0
+    path = os.path.join(output_dir, f"mean_pooled_{split}.txt")
+    names = [self.labels[i] for i in gathered["logits"][real].argmax(-1)]
+    fileio.write_text(path, "".join(f"{name}\n" for name in names))
+    return path
+
+  def serving_outputs(self, outputs):
+    return {"label": tf.gather(tf.constant(self.labels),
+                               tf.argmax(outputs, -1)),              # [B]
+            "probabilities": tf.nn.softmax(outputs, -1)}             # [B, L]
+
+  def text_serving(self, model):
+    return text_serving.PackedTextServing(
+        model, self.serving_outputs, vocab_file=self.meta["vocab_file"],
+        do_lower_case=self.meta.get("do_lower_case", True),
+        max_seq_length=self.meta["max_seq_length"],
+        num_text_features=self.meta.get("num_text_features", 1))

@@ -32,8 +32,8 @@ def plugin_run(tmp_path_factory):
                    attention_probs_dropout_prob=0.0), f)
   run = prepare_tiny_sst2_run(os.path.join(root, "exp"), vocab, config)
   params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
-      "--gin_param=TRAIN_STEPS=40", "--gin_param=TRAIN_BATCH_SIZE=8",
-      "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=3e-3",
+      "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=8",
+      "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=5e-3",
       "--gin_param=STEPS_PER_LOOP=20", "--gin_param=SEED=1"]
   for mode in ("train_and_eval", "predict", "export"):
     assert cli.main(["train", f"--gin_file={GIN_FILE}", f"--mode={mode}"] +
@@ -45,7 +45,7 @@ def test_the_outside_task_trains_and_evaluates(plugin_run):
   model_dir = plugin_run["MODEL_DIR"]
   with open(os.path.join(model_dir, "training_summary.json")) as f:
     summary = json.load(f)
-  assert summary["total_training_steps"] == 40
+  assert summary["total_training_steps"] == 60
   metrics = summary["eval_metrics"]
   meta = json.load(open(plugin_run["INPUT_META_DATA_PATH"]))
   assert metrics["num_examples"] == meta["split_sizes"]["eval"]

@@ -29,11 +29,14 @@ from bertexp.util import fileio
 class MeanPooledModel(tf_keras.Model):
   """Encoder -> masked mean of sequence_output -> dense: logits [B, L]."""
 
-  def __init__(self, encoder, num_labels, **kwargs):
+  def __init__(self, encoder, num_labels, seed=None, **kwargs):
     super().__init__(**kwargs)
     self.encoder = encoder
     self.num_labels = num_labels
-    self.scorer = tf_keras.layers.Dense(num_labels, name="scorer")
+    # Seeded: the same head whatever ran before in the process.
+    self.scorer = tf_keras.layers.Dense(
+        num_labels, name="scorer",
+        kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed))
 
   def get_config(self):
     return {"encoder": self.encoder.get_config(),
@@ -66,7 +69,7 @@ class MeanPooledClassificationTask(base.Task):
     config = base.checked_bert_config(self.bert_config_file, self.meta,
                                       self.meta_data_path)
     model = MeanPooledModel(encoders.build_encoder(config), len(self.labels),
-                            name="mean_pooled")
+                            seed=self.seed, name="mean_pooled")
     model(modeling.dummy_inputs(), training=False)
     return model
 

@@ -15,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test,chinese,plots,onnx]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,chinese,plots,onnx,serve]'
 	$(PY) -m pip install -q --no-deps tf-models-official==2.20.0
 	$(PY) -c "import orbit, tensorflow_text, gin, tf_keras; print('stack ok')"
 	touch $@

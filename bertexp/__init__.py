@@ -1,7 +1,7 @@
 """bertexp: config-driven BERT fine-tuning on Orbit.
 
 Public API: `load_encoder(bert_config_file, checkpoint=None)`;
-`Predictor(export_dir)` (see bertexp.serving.predictor).
+`Predictor(export_dir)` (see bertexp.serving.exporting.predictor).
 """
 import os
 import platform
@@ -31,6 +31,6 @@ def load_encoder(bert_config_file, checkpoint=None):
 
 
 def Predictor(export_dir, batch_size=64):  # noqa: N802  (a class to users)
-  """An exported model as a Python object: see bertexp.serving.predictor.Predictor."""
-  from bertexp.serving import predictor
+  """An exported model as a Python object: see bertexp.serving.exporting.predictor.Predictor."""
+  from bertexp.serving.exporting import predictor
   return predictor.Predictor(export_dir, batch_size=batch_size)

@@ -336,7 +336,7 @@ def _serving_commands(sub, add):
 
 def cmd_benchmark_serving(args):
   """Prints (and writes) the serving benchmark of args.target."""
-  from bertexp.serving import benchmark
+  from bertexp.serving.benchmarks import benchmark
   report = benchmark.run(
       args.target, lengths=_integer_list(args.lengths, "--lengths"),
       clients=_integer_list(args.clients, "--clients"), calls=args.calls,
@@ -360,9 +360,11 @@ def _integer_list(text, flag):
 
 
 def cmd_serve(args):
-  """Serves an export until SIGTERM (see bertexp.serving.serve)."""
-  from bertexp.serving import batching as batching_lib
-  from bertexp.serving import serve as serve_lib
+  """Serves an export until SIGTERM (see bertexp.serving.server.serve)."""
+  for module in ("grpc", "werkzeug", "tensorflow_serving.apis"):
+    extras.require(module, "pip install 'bertexp[serve]'", "bertexp serve")
+  from bertexp.serving.server import batching as batching_lib
+  from bertexp.serving.server import serve as serve_lib
   batching = None
   if args.batching_parameters_file:
     batching = batching_lib.BatchingParameters.from_file(
@@ -373,7 +375,7 @@ def cmd_serve(args):
     raise ValueError("bertexp serve: give a model_base_path or "
                      "--model_config_file (one of them)")
   if args.model_config_file:
-    from bertexp.serving import model_server
+    from bertexp.serving.server import model_server
     models = model_server.read_model_config(args.model_config_file)
   else:
     models = [(args.model_name or os.path.basename(os.path.normpath(

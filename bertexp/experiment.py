@@ -11,7 +11,7 @@ from bertexp import modes
 from bertexp.checkpoints import run_dir
 from bertexp.model import encoders
 from bertexp.model import modeling
-from bertexp.serving import export as export_lib
+from bertexp.serving.exporting import export as export_lib
 from bertexp.train import loop
 from bertexp.train import plan
 from bertexp.train import provenance as provenance_lib
@@ -295,7 +295,7 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   if mode == "export":
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
   if mode == "export_onnx":
-    from bertexp.serving import onnx_export  # needs the [onnx] extra
+    from bertexp.serving.exporting import onnx_export  # needs the [onnx] extra
     inputs, labels = _held_out(task, max_examples=onnx_export.MAX_EXAMPLES)
     return onnx_export.export_onnx(task, model, model_dir, inputs, labels)
   inputs, _ = _held_out(task, max_examples=256)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertexp.serving.batching import BatchingParameters, BatchScheduler
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server.batching import BatchingParameters, BatchScheduler
+from bertexp.serving.server.errors import ServingError
 
 
 def test_parameters_file_in_tf_serving_syntax(tmp_path):
@@ -82,7 +82,7 @@ def test_requests_merge_up_to_the_limit_and_get_their_own_rows():
 
 
 def test_response_tensor_protos_read_back_as_the_arrays_they_hold():
-  from bertexp.serving import grpc_api
+  from bertexp.serving.server import grpc_api
   arrays = [np.random.default_rng(0).random((3, 2)).astype(np.float32),
             np.arange(6, dtype=np.int32).reshape(2, 3),
             np.arange(4, dtype=np.int64)[::2],           # not contiguous
@@ -96,7 +96,7 @@ def test_response_tensor_protos_read_back_as_the_arrays_they_hold():
 
 def test_request_tensor_protos_are_read_as_the_arrays_they_hold():
   from tensorflow.core.framework import tensor_pb2
-  from bertexp.serving import grpc_api
+  from bertexp.serving.server import grpc_api
   arrays = [np.arange(12, dtype=np.int32).reshape(2, 6) - 5,
             np.arange(4, dtype=np.int64) * (1 << 40),
             np.random.default_rng(1).random((2, 3)).astype(np.float32),

@@ -100,7 +100,7 @@ def test_tf_serving_files_parse_with_tf_serving_protos_and_bertexp_serve():
   batching file reads the same in `bertexp serve`."""
   from google.protobuf import text_format
   from tensorflow_serving.config import model_server_config_pb2
-  from bertexp.serving.batching import BatchingParameters
+  from bertexp.serving.server.batching import BatchingParameters
   folder = os.path.join(DEPLOY, "tf_serving")
   with open(os.path.join(folder, "models.config")) as f:
     config = text_format.Parse(f.read(),

@@ -131,3 +131,35 @@ def test_wheel_installs_with_its_dependencies_and_runs_a_shipped_experiment(
   assert "oneDNN custom operations" not in result.stderr
   # bertexp's own line says which CPU kernels ran (asked for before TF loads).
   assert "TensorFlow's oneDNN CPU kernels: " in result.stderr
+
+
+SERVER_LIBRARIES = ("grpc", "werkzeug", "tensorflow_serving")
+
+
+def test_training_and_export_import_no_server_library():
+  """The [serve] extra's libraries are the server's alone: importing
+  bertexp, its configurables, the experiment (train, export, ONNX export)
+  and the Predictor loads none of them."""
+  code = ("import sys, bertexp\n"
+          "from bertexp import cli, experiment, registry\n"
+          "from bertexp.serving.exporting import onnx_export, predictor\n"
+          "cli.build_parser()\n"
+          f"print([m for m in {SERVER_LIBRARIES!r} if m in sys.modules])\n")
+  done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True,
+                        capture_output=True, check=True,
+                        env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+  assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
+
+
+def test_serve_without_the_serve_extra_says_how_to_install_it(tmp_path):
+  code = ("import sys\n"
+          "sys.modules['werkzeug'] = None      # as if not installed\n"
+          "from bertexp import cli\n"
+          f"sys.exit(cli.main(['serve', {str(tmp_path)!r}]))\n")
+  done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True,
+                        capture_output=True,
+                        env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+  assert done.returncode == 2, done.stderr[-2000:]
+  message = done.stderr.strip().splitlines()[-1]
+  assert message.startswith("bertexp: error: bertexp serve needs werkzeug: "
+                            "pip install 'bertexp[serve]'"), message

@@ -14,7 +14,7 @@ import tensorflow as tf
 from bertexp import cli
 from bertexp.model import modeling
 from bertexp.model import onnx_graph
-from bertexp.serving import onnx_export
+from bertexp.serving.exporting import onnx_export
 from bertexp.tasks import squad, tagging
 from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
 

@@ -40,7 +40,7 @@ def _export(root, tflite=False):
   to root/model/tflite/ when `tflite`), its weights spread so that
   different texts get clearly different outputs."""
   import tensorflow_text  # noqa: F401
-  from bertexp.serving import export
+  from bertexp.serving.exporting import export
   os.makedirs(root, exist_ok=True)
   vocab = os.path.join(root, "vocab.txt")
   with open(vocab, "w") as f:
@@ -60,7 +60,7 @@ def _export(root, tflite=False):
 
 def _write_onnx_files(model, task, model_dir):
   """What export-onnx writes, version 1: onnx/{float32,int8}/1/model.onnx."""
-  from bertexp.serving import onnx_export
+  from bertexp.serving.exporting import onnx_export
   proto = onnx_export.build_model_proto(model, task.onnx_head())
   for kind in ("float32", "int8"):
     os.makedirs(f"{model_dir}/onnx/{kind}/1")
@@ -98,7 +98,7 @@ def _write_tflite_files(model_dir, length=16):
 def _export_regression(root, vocab):
   """A tiny regression model (ClassificationTask on float scores) exported
   as version 1 under root/regression/export."""
-  from bertexp.serving import export
+  from bertexp.serving.exporting import export
   from bertexp.tasks import classification
   from bertexp import cli
   table = "sentence\tscore\n" + "".join(
@@ -451,7 +451,7 @@ def test_negative_thread_count_is_a_one_line_error(served, capsys):
 
 
 def test_benchmark_measures_every_path_with_its_environment(served):
-  from bertexp.serving import benchmark
+  from bertexp.serving.benchmarks import benchmark
   port = lambda name: int(re.search(r":(\d+)", served[name])[1])
   report = benchmark.run(served["model_dir"], lengths=(8, 24), clients=(1, 3),
                          calls=6, warmup=1, seconds=0.2, throughput_tokens=8,

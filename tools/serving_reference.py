@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bertexp.serving import timing  # noqa: E402  (numpy only)
+from bertexp.serving.benchmarks import timing  # noqa: E402  (numpy only)
 
 
 def hf_inputs(length, vocab_size):

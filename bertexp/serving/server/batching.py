@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio
 
 _INT64_FIELDS = ("max_batch_size", "batch_timeout_micros",

@@ -6,7 +6,7 @@ Shape legend: B batch (rows of a request), S sequence length.
 import numpy as np
 import tensorflow as tf
 
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio
 
 DEFAULT_SIGNATURE = "serving_default"

@@ -12,8 +12,8 @@ import logging
 import signal
 import threading
 
-from bertexp.serving.model_server import ModelServer, Models
-from bertexp.serving.rest_api import make_app
+from bertexp.serving.server.model_server import ModelServer, Models
+from bertexp.serving.server.rest_api import make_app
 
 
 def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
@@ -106,7 +106,7 @@ def set_threads(intra_op, inter_op):
 
 def _start_grpc(server, host, port, threads):
   import grpc
-  from bertexp.serving import grpc_api
+  from bertexp.serving.server import grpc_api
   grpc_server = grpc.server(
       concurrent.futures.ThreadPoolExecutor(max_workers=threads),
       options=[("grpc.max_receive_message_length", 64 << 20),

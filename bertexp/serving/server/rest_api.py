@@ -19,7 +19,7 @@ import re
 
 from werkzeug.wrappers import Request, Response
 
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server.errors import ServingError
 
 _MODEL_PATH = re.compile(
     r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+)|"

@@ -15,7 +15,7 @@ from tensorflow_serving.apis import (get_model_metadata_pb2,
                                      get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server.errors import ServingError
 
 
 def _version(model_spec):

@@ -11,10 +11,10 @@ import threading
 
 import tensorflow as tf
 
-from bertexp.serving import servable as servable_lib
-from bertexp.serving import versions as versions_lib
-from bertexp.serving.batching import BatchScheduler
-from bertexp.serving.errors import ServingError
+from bertexp.serving.server import servable as servable_lib
+from bertexp.serving.exporting import versions as versions_lib
+from bertexp.serving.server.batching import BatchScheduler
+from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio
 
 
@@ -23,7 +23,7 @@ def load_version(path, version):
   (`bertexp export-onnx`) run by ONNX Runtime."""
   if tf.io.gfile.exists(fileio.join(path, "saved_model.pb")):
     return servable_lib.Servable(path, version)
-  from bertexp.serving import onnx_servable  # needs the [onnx] extra
+  from bertexp.serving.server import onnx_servable  # needs the [onnx] extra
   return onnx_servable.OnnxServable(path, version)
 
 

@@ -14,8 +14,8 @@ import importlib
 import numpy as np
 import tensorflow as tf
 
-from bertexp.serving import export
-from bertexp.serving.versions import resolve_export_dir
+from bertexp.serving.exporting import export
+from bertexp.serving.exporting.versions import resolve_export_dir
 from bertexp.util import fileio
 
 

@@ -28,8 +28,8 @@ import time
 
 import tensorflow as tf
 
-from bertexp.serving import versions as versions_lib
-from bertexp.serving.timing import latency, token_ids
+from bertexp.serving.exporting import versions as versions_lib
+from bertexp.serving.benchmarks.timing import latency, token_ids
 from bertexp.util import fileio, machine
 
 NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -75,7 +75,7 @@ def grpc_path(port, model_name):
   """make_call for Predict through `bertexp serve`'s gRPC API."""
   import grpc
   from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-  from bertexp.serving.grpc_api import tensor_proto
+  from bertexp.serving.server.grpc_api import tensor_proto
   channel = grpc.insecure_channel(f"127.0.0.1:{port}")
   stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
@@ -108,7 +108,7 @@ def rest_path(port, model_name):
 def onnx_path(path):
   """make_call for an ONNX model (export-onnx's) in ONNX Runtime, in this
   process; one session shared by every client, as a server would."""
-  from bertexp.serving import onnx_export  # needs the [onnx] extra
+  from bertexp.serving.exporting import onnx_export  # needs the [onnx] extra
   session = onnx_export.session(fileio.read_bytes(path))
 
   def make_call():

@@ -1,0 +1,1 @@
+"""`bertexp benchmark-serving`: latency and throughput of exports, in process and through servers."""

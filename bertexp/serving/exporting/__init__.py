@@ -1,0 +1,1 @@
+"""Export files: SavedModels in TF Serving's layout, TFLite, ONNX, and the Predictor that reads them."""

@@ -10,13 +10,14 @@ import tf_keras
 import bertexp
 from bertexp.checkpoints import converters
 from bertexp.model import modeling
+from bertexp.model.encoders import bert as bert_family
 from conftest import TINY_CONFIG
 
 
 def _hf_tensors_from(encoder):
   """The encoder's weights under HF names (inverse of the converter map)."""
   tensors = {}
-  for variable, name, transform in converters.hf_assignments(encoder, {}):
+  for variable, name, transform in bert_family.hf_assignments(encoder, {}):
     value = variable.numpy()
     tensors[name] = np.transpose(value) if transform is not None else value
   return tensors

@@ -13,7 +13,8 @@ import tensorflow as tf
 
 from bertexp.data import tokenization
 from bertexp.checkpoints import run_dir
-from bertexp.model import modeling
+from bertexp.model import encoders
+from bertexp.model.encoders import bert
 from bertexp.util import fileio
 
 PARITY_TOLERANCE = 1e-5
@@ -39,51 +40,6 @@ class ConversionReport:
 
 # -- Hugging Face --------------------------------------------------------------
 
-def _hf_layer_names(i):
-  p = f"encoder.layer.{i}."
-  return {
-      "query": p + "attention.self.query", "key": p + "attention.self.key",
-      "value": p + "attention.self.value",
-      "attention_output": p + "attention.output.dense",
-      "attention_layer_norm": p + "attention.output.LayerNorm",
-      "intermediate": p + "intermediate.dense", "output_dense": p + "output.dense",
-      "output_layer_norm": p + "output.LayerNorm",
-  }
-
-
-def _layer_norm_params(tensors, prefix):
-  """HF LayerNorm is weight/bias in new files, gamma/beta in old ones."""
-  for scale, shift in (("weight", "bias"), ("gamma", "beta")):
-    if f"{prefix}.{scale}" in tensors:
-      return f"{prefix}.{scale}", f"{prefix}.{shift}"
-  return f"{prefix}.weight", f"{prefix}.bias"
-
-
-def hf_assignments(encoder, tensors):
-  """[(keras variable, source name, transform)] for every encoder variable."""
-  pairs = []
-  emb = encoder.embeddings
-  pairs += [(emb.word_embeddings, "embeddings.word_embeddings.weight", None),
-            (emb.position_embeddings, "embeddings.position_embeddings.weight",
-             None),
-            (emb.type_embeddings, "embeddings.token_type_embeddings.weight",
-             None)]
-  gamma, beta = _layer_norm_params(tensors, "embeddings.LayerNorm")
-  pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
-  for i, block in enumerate(encoder.blocks):
-    for attr, source in _hf_layer_names(i).items():
-      layer = getattr(block, attr)
-      if attr.endswith("layer_norm"):
-        gamma, beta = _layer_norm_params(tensors, source)
-        pairs += [(layer.gamma, gamma, None), (layer.beta, beta, None)]
-      else:  # PyTorch Linear stores [out, in]; Keras Dense kernels are [in, out]
-        pairs += [(layer.kernel, source + ".weight", np.transpose),
-                  (layer.bias, source + ".bias", None)]
-  pairs += [(encoder.pooler.kernel, "pooler.dense.weight", np.transpose),
-            (encoder.pooler.bias, "pooler.dense.bias", None)]
-  return pairs
-
-
 def read_safetensors(path):
   """{name: float32 numpy array} of a safetensors file (a `bert.` prefix dropped)."""
   from safetensors import numpy as st_numpy  # only the converter needs it
@@ -103,18 +59,25 @@ def read_safetensors(path):
 
 
 def hf_config(config_path):
-  """A BertConfig from a Hugging Face config.json."""
+  """The encoder config (of the family that converts its `model_type`) of a
+  Hugging Face config.json.
+
+  Raises:
+    ValueError: not a JSON object, a model_type no family converts, or an
+      option the family does not support (naming the file).
+  """
   values = fileio.read_json(config_path)
   if not isinstance(values, dict):
     raise ValueError(f"{config_path}: expected a JSON object (a Hugging Face "
                      "config.json)")
-  if values.get("model_type", "bert") != "bert":
-    logging.warning("%s: model_type %r, converting as BERT", config_path,
-                    values.get("model_type"))
+  family = encoders.family_for_hf_model_type(values.get("model_type", "bert"),
+                                             config_path)
   if values.get("position_embedding_type", "absolute") != "absolute":
     raise ValueError(f"{config_path}: position_embedding_type "
                      f"{values['position_embedding_type']!r} is not supported")
-  return modeling.BertConfig.from_dict(values, source=config_path)
+  values = {k: v for k, v in values.items() if k != "family"}
+  return family.config_class.from_dict(dict(values, family=family.name),
+                                       source=config_path)
 
 
 def assign(encoder, tensors, assignments):
@@ -172,7 +135,7 @@ def numpy_forward(tensors, config, word_ids, mask, type_ids):
     return x @ t[name + ".weight"].T + t[name + ".bias"]
 
   def layer_norm(x, prefix):
-    gamma, beta = _layer_norm_params(tensors, prefix)
+    gamma, beta = bert.layer_norm_params(tensors, prefix)
     return _np_layer_norm(x, t[gamma], t[beta], eps)
 
   seq = word_ids.shape[1]
@@ -184,7 +147,7 @@ def numpy_forward(tensors, config, word_ids, mask, type_ids):
   d = config.hidden_size // n
   bias = (1.0 - mask[:, None, None, :]) * -10000.0                   # [B,1,1,S]
   for i in range(config.num_hidden_layers):
-    names = _hf_layer_names(i)
+    names = bert.hf_layer_names(i)
 
     def heads(y):
       return y.reshape(b, seq, n, d).transpose(0, 2, 1, 3)           # [B,N,S,D]
@@ -251,8 +214,9 @@ def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
   skipped: source tensor names the caller already set aside as not part of
   the encoder; they are reported with the unmapped ones.
   """
-  encoder = modeling.BertEncoder(config, name="encoder").build_variables()
-  report = assign(encoder, tensors, hf_assignments(encoder, tensors))
+  family = encoders.family_of(config)
+  encoder = family.build(config, False).build_variables()
+  report = assign(encoder, tensors, family.hf_assignments(encoder, tensors))
   report.unmapped_source = list(skipped) + report.unmapped_source
   if report.missing:
     raise ValueError(f"{source}: the checkpoint lacks encoder tensors:\n  " +
@@ -311,7 +275,7 @@ def convert_tf1(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   values = fileio.read_json(fileio.join(input_dir, "bert_config.json"))
   if values.get("hidden_act") == "gelu":
     values = dict(values, hidden_act="gelu_tanh")
-  config = modeling.BertConfig.from_dict(values, source=input_dir)
+  config = encoders.config_from_dict(values, source=input_dir)
   # Every tensor is read below: the checksums are checked there.
   prefix = run_dir.resolve(input_dir, intact=False)
   reader = tf.train.load_checkpoint(prefix)
@@ -404,8 +368,7 @@ def convert_model_garden(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   """A Model Garden BertEncoder checkpoint, alone (Checkpoint(encoder=...))
   or inside a model (run_classifier's Checkpoint(model=..., encoder=...)),
   with bert_config.json + vocab.txt. Heads around the encoder are listed."""
-  config = modeling.BertConfig.from_json_file(
-      fileio.join(input_dir, "bert_config.json"))
+  config = encoders.read_config(fileio.join(input_dir, "bert_config.json"))
   prefix = run_dir.resolve(input_dir, intact=False)
   reader = tf.train.load_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()

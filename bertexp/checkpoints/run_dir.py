@@ -17,7 +17,7 @@ import re
 import tensorflow as tf
 
 from bertexp.checkpoints import verified
-from bertexp.model import modeling
+from bertexp.model import encoders
 from bertexp.util import fileio
 
 ENCODER_PREFIX = "bert_model.ckpt"
@@ -134,7 +134,7 @@ def restore_encoder(encoder, checkpoint):
   """Restores encoder weights only (what INIT_CHECKPOINT means).
 
   Args:
-    encoder: a built modeling.BertEncoder.
+    encoder: a built encoder (of any family).
     checkpoint: anything `resolve` takes: an encoder checkpoint, or a
       training checkpoint (whose heads are left out).
   Returns:
@@ -159,12 +159,12 @@ def load_encoder(bert_config_file, checkpoint=None):
     bert_config_file: path of a bert_config.json.
     checkpoint: anything `resolve` takes, or None for random weights.
   Returns:
-    A built modeling.BertEncoder.
+    A built encoder of the config's family.
   Raises:
     FileNotFoundError, CheckpointError: see `resolve`.
   """
-  encoder = modeling.BertEncoder(
-      modeling.BertConfig.from_json_file(bert_config_file)).build_variables()
+  config = encoders.read_config(bert_config_file)
+  encoder = encoders.family_of(config).build(config, False).build_variables()
   if checkpoint:
     restore_encoder(encoder, checkpoint)
   return encoder

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.checkpoints import run_dir
-from bertexp.model import modeling
+from bertexp.model import encoders
 from bertexp.util import fileio
 
 # bertexp's Transformer-block attributes -> Hugging Face module names.
@@ -176,7 +176,7 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
   checkpoint, run_folder = _checkpoint_prefix(input_path)
   bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
                                            bert_config_file, vocab_file)
-  config = modeling.BertConfig.from_json_file(bert_config_file)
+  config = encoders.read_config(bert_config_file)
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   prefix = ("model/encoder/" if any(k.startswith("model/encoder/") for k in shapes)

@@ -33,6 +33,8 @@ class BertConfig:
   type_vocab_size: number of segment ids (2 for sentence pairs).
   initializer_range: stddev of the truncated-normal initializer.
   layer_norm_eps: epsilon of every LayerNorm (1e-12 in BERT).
+  family: the encoder family (bertexp.model.encoders), always "bert" here;
+    a file without it is BERT.
   """
   vocab_size: int
   hidden_size: int = 768
@@ -46,6 +48,7 @@ class BertConfig:
   type_vocab_size: int = 2
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
+  family: str = "bert"
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -59,6 +62,9 @@ class BertConfig:
           not 0 <= value < 1):
         raise ValueError(f"{field.name} must be a number in [0, 1), got "
                          f"{value!r}")
+    if self.family != "bert":
+      raise ValueError(f"family {self.family!r}: a BertConfig is family "
+                       "'bert'")
     if not isinstance(self.hidden_act, str):
       raise ValueError(f"hidden_act must be a name, got {self.hidden_act!r}")
     if self.hidden_size % self.num_attention_heads:

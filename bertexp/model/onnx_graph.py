@@ -22,6 +22,7 @@ OPSET = 17               # LayerNormalization-era default domain
 IR_VERSION = 10
 MS_DOMAIN = "com.microsoft"
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+ONNX_FAMILY = "bert"     # the encoder family whose layers the graph writes
 # The padding bias of bertexp's attention (BertEncoder: (1 - mask) * -10000).
 MASK_FILTER_VALUE = -10000.0
 
@@ -140,17 +141,21 @@ def _skip_layer_norm(graph, x, skip, bias, layer_norm, config, prefix):
 
 
 def encoder_output(graph, encoder):
-  """The encoder's sequence output [B, S, H] (a BertEncoder's weights).
+  """The encoder's sequence output [B, S, H] (the BERT family's weights).
 
   Raises:
-    ValueError: an encoder that is not bertexp's BertEncoder (a TF-Hub
-      SavedModel encoder has no weights to write).
+    ValueError: a TF-Hub SavedModel encoder (no weights of its own to
+      write) or an encoder of another family.
   """
-  from bertexp.model import modeling
-  if not isinstance(encoder, modeling.BertEncoder):
-    raise ValueError("export-onnx writes bertexp's own BERT encoder; this "
+  from bertexp.model import encoders
+  if isinstance(encoder, encoders.SavedModelEncoder):
+    raise ValueError("export-onnx writes bertexp's own encoders; this "
                      f"model's encoder is a {type(encoder).__name__}")
   config = encoder.config
+  family = encoders.family_of(config).name
+  if family != ONNX_FAMILY:
+    raise ValueError(f"export-onnx writes the {ONNX_FAMILY!r} encoder "
+                     f"family's graph; this model's encoder is {family!r}")
   x = _embeddings(graph, encoder.embeddings, config.layer_norm_eps)
   for index, block in enumerate(encoder.blocks):
     x = _block(graph, x, block, config, index)

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.data import pipeline
-from bertexp.model import modeling
+from bertexp.model import encoders
 
 
 def checked_bert_config(bert_config_file, meta, meta_data_path):
@@ -23,7 +23,7 @@ def checked_bert_config(bert_config_file, meta, meta_data_path):
       embeddings, or its vocabulary does not fit the model's (naming both
       files).
   """
-  config = modeling.BertConfig.from_json_file(bert_config_file)
+  config = encoders.read_config(bert_config_file)
   if meta["max_seq_length"] > config.max_position_embeddings:
     raise ValueError(
         f"{meta_data_path}: max_seq_length {meta['max_seq_length']} is above "

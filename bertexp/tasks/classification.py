@@ -179,7 +179,7 @@ class ClassificationTask(base.Task):
                                     name="classifier_model").build_variables()
 
   def model_shape(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     return (config, self.meta["max_seq_length"],
             memory_plan.Head.classifier(config, self.num_labels))
 
@@ -227,7 +227,7 @@ class ClassificationTask(base.Task):
         self.train_data_path, pipeline.record_decoder(
             self.meta["max_seq_length"], self.meta["label_type"],
             int_features=self.int_features),
-        config=modeling.BertConfig.from_json_file(self.bert_config_file),
+        config=encoders.read_config(self.bert_config_file),
         label_ranges=None if self.is_regression else {
             "label": (0, self.num_labels)}, source=self.meta_data_path)
 

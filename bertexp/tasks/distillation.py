@@ -35,6 +35,7 @@ from bertexp.checkpoints import run_dir
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data.prepare import UNLABELLED
+from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks import squad as squad_task
@@ -674,7 +675,7 @@ class DistillationTask(base.Task):
       pipeline.check_training_files(
           self.unlabelled_data_path, pipeline.record_decoder(
               self.unlabelled_meta["max_seq_length"], "int"),
-          config=modeling.BertConfig.from_json_file(
+          config=encoders.read_config(
               self.student.bert_config_file),
           label_ranges={"label": (UNLABELLED, UNLABELLED + 1)},
           source=self.unlabelled_meta_data_path)

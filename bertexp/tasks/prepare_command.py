@@ -57,8 +57,8 @@ def text_options(args) -> Dict[str, Any]:
   max_position_embeddings (from --bert_config_file, or None)."""
   positions = None
   if args.bert_config_file:
-    from bertexp.model import modeling
-    positions = modeling.BertConfig.from_json_file(
+    from bertexp.model import encoders
+    positions = encoders.read_config(
         args.bert_config_file).max_position_embeddings
   return dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
               max_seq_length=args.max_seq_length,

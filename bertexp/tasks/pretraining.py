@@ -117,12 +117,12 @@ class PretrainingTask(base.Task):
     self._eval_size = None
 
   def model_shape(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     return (config, self.seq,
             memory_plan.Head.masked_lm(config, self.predictions))
 
   def build_model(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     if not isinstance(self.meta.get("vocab_file"), str):
       raise ValueError(f"{self.meta_data_path}: needs the 'vocab_file' the "
                        "data was made with (bertexp prepare pretraining "
@@ -208,7 +208,7 @@ class PretrainingTask(base.Task):
   def check_training_data(self):
     if not self.train_data_path:
       return
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     pipeline.check_training_files(
         self.train_data_path, self._decode, config=config,
         label_ranges={"masked_lm_ids": (0, config.vocab_size),

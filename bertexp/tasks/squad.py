@@ -18,7 +18,6 @@ from bertexp.data import squad_json
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
-from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import squad_answers
@@ -97,12 +96,12 @@ class QuestionAnsweringTask(base.Task):
     self.last_predictions = None
 
   def build_model(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     encoder = encoders.build_encoder(config)
     return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
 
   def model_shape(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     seq = self.meta["max_seq_length"]
     return config, seq, memory_plan.Head.span(config, seq)
 
@@ -165,7 +164,7 @@ class QuestionAnsweringTask(base.Task):
     pipeline.check_training_files(
         self.train_data_path, pipeline.record_decoder(
             seq, "int", ("start_positions", "end_positions"), "unique_id"),
-        config=modeling.BertConfig.from_json_file(self.bert_config_file),
+        config=encoders.read_config(self.bert_config_file),
         label_ranges={"label": (0, seq)}, source=self.meta_data_path)
 
   def eval_splits(self):

@@ -146,7 +146,7 @@ class TaggingTask(base.Task):
                         name="tagging_model").build_variables()
 
   def model_shape(self):
-    config = modeling.BertConfig.from_json_file(self.bert_config_file)
+    config = encoders.read_config(self.bert_config_file)
     seq = self.meta["max_seq_length"]
     labels = len(self.label_names)
     return config, seq, memory_plan.Head(
@@ -196,7 +196,7 @@ class TaggingTask(base.Task):
       return
     pipeline.check_training_files(
         self.paths["train"], _decoder(self.meta["max_seq_length"], "label_ids"),
-        config=modeling.BertConfig.from_json_file(self.bert_config_file),
+        config=encoders.read_config(self.bert_config_file),
         label_ranges={"label": (tagging_data.IGNORED, len(self.label_names))},
         source=self.meta_data_path)
 

@@ -1,5 +1,5 @@
-"""The encoder factory: bertexp's BertEncoder, or a SavedModel BERT encoder (TF-Hub
-format, a local folder) in its place: what HUB_MODULE_URL means.
+"""A SavedModel BERT encoder (TF-Hub format, a local folder) in place of a
+family's own encoder: what HUB_MODULE_URL means.
 
 The SavedModel is called as TF-Hub BERT encoders are: a dict of int32
 input_word_ids / input_mask / input_type_ids [B, S] (or, for the oldest
@@ -8,7 +8,6 @@ sequence_output [B, S, H] and pooled_output [B, H] (or the list [pooled,
 sequence]). Its variables become this layer's weights, trainable or frozen
 (HUB_MODULE_TRAINABLE), and are saved in bertexp's checkpoints.
 """
-import gin
 import tensorflow as tf
 import tf_keras
 
@@ -69,19 +68,3 @@ class SavedModelEncoder(tf_keras.layers.Layer):
 
   def dummy_inputs(self):
     return modeling.dummy_inputs()
-
-
-@gin.configurable(module="bertexp")
-def build_encoder(config: modeling.BertConfig, hub_module_url=None,
-                  hub_module_trainable=True, recompute=False):
-  """bertexp's BertEncoder, or the SavedModel at hub_module_url (whose heads
-  still take dropout and initializer_range from `config`). `recompute`
-  recomputes each Transformer block's activations in the backward pass
-  (bertexp's encoder only) to save memory."""
-  if recompute and hub_module_url:
-    raise ValueError("bertexp.build_encoder.recompute needs bertexp's encoder, "
-                     "not HUB_MODULE_URL")
-  if hub_module_url:
-    return SavedModelEncoder(hub_module_url, config,
-                             trainable=hub_module_trainable, name="encoder")
-  return modeling.BertEncoder(config, recompute=recompute, name="encoder")

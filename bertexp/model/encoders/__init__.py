@@ -1,0 +1,146 @@
+"""The encoder seam: one module per encoder family behind one interface.
+
+An encoder family is a module `bertexp/model/encoders/<family>.py` that
+defines `FAMILY`, an EncoderFamily: its config class (a dataclass with a
+`family` field naming it), how to build its encoder, its Hugging Face
+`model_type`s and tensor mapping, and its tokenizer kind. A config file says
+which family it is by its "family" field; a bert_config.json without one is
+BERT, so google-research and Model Garden files read as they always did.
+Everything that reads a config or builds an encoder goes through here
+(`read_config`, `build_encoder`), never through one family's classes.
+
+    config = encoders.read_config("bert_config.json")   # family "bert"
+    encoder = encoders.build_encoder(config)            # [B, S, H] outputs
+
+The encoder's call contract, for every family: a dict of int32
+input_word_ids / input_mask / input_type_ids [B, S], `training`,
+`dropout_seed`, `pooled_only` -> {"sequence_output": [B, S, H],
+"pooled_output": [B, H]}.
+"""
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable, Dict, List, Tuple
+
+import gin
+
+from bertexp.model.encoders.saved_model import SavedModelEncoder
+from bertexp.util import fileio
+
+DEFAULT_FAMILY = "bert"
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderFamily:
+  """One encoder family.
+
+  Attributes:
+    name: the value of a config file's "family" field.
+    config_class: its config dataclass: `from_dict(values, source)` (source
+      names the file in errors), a `family` field, `to_json_string()`, and
+      the fields every task reads (vocab_size, hidden_size,
+      num_hidden_layers, max_position_embeddings, initializer_range,
+      hidden_dropout_prob).
+    build: build(config, recompute) -> the encoder layer, named "encoder".
+    hf_model_types: Hugging Face config.json `model_type`s it converts.
+    hf_assignments: hf_assignments(encoder, tensors {HF name: array}) ->
+      [(encoder variable, HF tensor name, transform or None)], every
+      variable of the encoder once.
+    tokenizer: "wordpiece", "sentencepiece" or "byte_bpe".
+  """
+  name: str
+  config_class: type
+  build: Callable[[Any, bool], Any]
+  hf_model_types: Tuple[str, ...]
+  hf_assignments: Callable[[Any, Dict[str, Any]], List[Tuple[Any, str, Any]]]
+  tokenizer: str
+
+
+def families() -> Dict[str, EncoderFamily]:
+  """{name: EncoderFamily} of every module in this package that defines
+  FAMILY (found by looking, not registered on import)."""
+  found = {}
+  for info in pkgutil.iter_modules(__path__):
+    module = importlib.import_module(f"{__name__}.{info.name}")
+    family = getattr(module, "FAMILY", None)
+    if isinstance(family, EncoderFamily):
+      found[family.name] = family
+  return found
+
+
+def family_named(name, source="config"):
+  """The family called `name`.
+
+  Raises:
+    ValueError: no such family (naming the known ones).
+  """
+  known = families()
+  if name not in known:
+    raise ValueError(f"{source}: encoder family {name!r} is not one of "
+                     f"{sorted(known)}")
+  return known[name]
+
+
+def family_for_hf_model_type(model_type, source="config.json"):
+  """The family that converts Hugging Face `model_type`.
+
+  Raises:
+    ValueError: no family converts it (naming the ones that exist).
+  """
+  known = families().values()
+  for family in known:
+    if model_type in family.hf_model_types:
+      return family
+  supported = sorted(t for f in known for t in f.hf_model_types)
+  raise ValueError(f"{source}: model_type {model_type!r} is not supported "
+                   f"(supported: {supported})")
+
+
+def family_of(config) -> EncoderFamily:
+  """The family of a config object (its `family` field)."""
+  return family_named(getattr(config, "family", DEFAULT_FAMILY))
+
+
+def config_from_dict(values, source="config"):
+  """The config object of the family `values["family"]` names (BERT when
+  absent).
+
+  Raises:
+    ValueError: not a JSON object, an unknown family, or a field the
+      family's config refuses (naming `source`).
+  """
+  if not isinstance(values, dict):
+    raise ValueError(f"{source}: expected a JSON object of encoder config "
+                     f"fields, found {type(values).__name__}")
+  family = family_named(values.get("family", DEFAULT_FAMILY), source)
+  return family.config_class.from_dict(values, source=source)
+
+
+def read_config(path):
+  """The config of the encoder config file at `path` (see config_from_dict)."""
+  return config_from_dict(fileio.read_json(path), source=path)
+
+
+@gin.configurable(module="bertexp")
+def build_encoder(config, hub_module_url=None, hub_module_trainable=True,
+                  recompute=False):
+  """The encoder of `config`'s family, or the SavedModel at hub_module_url
+  (whose heads still take dropout and initializer_range from `config`).
+  `recompute` recomputes each Transformer block's activations in the
+  backward pass (a family's own encoder only) to save memory.
+
+  Raises:
+    ValueError: recompute with a SavedModel encoder; an unknown family.
+  """
+  if recompute and hub_module_url:
+    raise ValueError("bertexp.build_encoder.recompute needs bertexp's encoder, "
+                     "not HUB_MODULE_URL")
+  if hub_module_url:
+    return SavedModelEncoder(hub_module_url, config,
+                             trainable=hub_module_trainable, name="encoder")
+  return family_of(config).build(config, recompute)
+
+
+__all__ = ["EncoderFamily", "SavedModelEncoder", "build_encoder",
+           "config_from_dict", "families", "family_for_hf_model_type",
+           "family_named", "family_of", "read_config"]

@@ -300,3 +300,23 @@ def test_training_pipeline_shards_the_global_stream_and_repeats(tmp_path,
   stream = next(iter(whole))[0]["record_index"].numpy()
   mine = np.concatenate([b[0]["record_index"].numpy() for b in batches])
   np.testing.assert_array_equal(mine, stream[1::2])
+
+
+def test_both_jsonl_formats_read_lines_through_one_reader(tmp_path):
+  """Classification rows and tagged sentences in JSONL: a line nested too
+  deep is the same one-line error naming file and line in both, and a
+  U+2028 inside a JSON string is text, not a line break."""
+  from bertexp.data import readers, tagging_formats
+  deep = tmp_path / "deep.jsonl"
+  deep.write_text('{"text": "ok", "tokens": ["ok"]}\n' + "[" * 100000 + "\n")
+  for read in (lambda p: readers.read_jsonl(p, ["text"]),
+               tagging_formats.read_jsonl):
+    with pytest.raises(ValueError) as error:
+      read(str(deep))
+    assert str(error.value) == f"{deep}:2: not valid JSON (nested too deep)"
+  separated = tmp_path / "separated.jsonl"
+  separated.write_text('{"text": "a\u2028b", "tokens": ["a\u2028b", "c"]}\n',
+                       encoding="utf-8")
+  assert readers.read_jsonl(str(separated), ["text"]).text_a == ["a\u2028b"]
+  (sentence,) = tagging_formats.read_jsonl(str(separated))
+  assert sentence.tokens == ["a\u2028b", "c"]

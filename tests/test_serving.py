@@ -340,6 +340,8 @@ def test_concurrent_requests_are_merged_into_one_model_call(served):
 
 @pytest.mark.parametrize("body, status, message", [
     ("{not json", 400, "JSON Parse error"),
+    ('{"instances": ' + "[" * 100000 + "]" * 100000 + "}", 400,
+     "JSON Parse error: nested too deep"),
     (json.dumps({"instances": ["good"], "signature_name": "nope"}), 400,
      "\"nope\" not found"),
     (json.dumps({"signature_name": "serve_text"}), 400, "exactly one of"),

@@ -175,7 +175,7 @@ BAD_INPUTS = {
     "unknown tag": ("conll", "the\tX\tPER\n", "train.txt:1: tag 'PER' is not O or"),
     "BIO tag in BIOES": ("conll", "the\tX\tB-OBJ\n\n", "BIOES scheme"),
     "jsonl tags": ("jsonl", '{"tokens": ["a", "b"], "tags": ["O"]}\n', "train.txt:1: \"tags\" must be a list of 2"),
-    "jsonl not json": ("jsonl", '{"tokens": \n', "train.txt:1: not JSON"),
+    "jsonl not json": ("jsonl", '{"tokens": \n', "train.txt:1: not valid JSON"),
     "people's daily": ("peoples_daily", "江/nr  泽民\n", "train.txt:1: '泽民' is not word/POS"),
     "conllu columns": ("conllu", "1\tDo\tdo\tAUX\n", "train.txt:1: 4 tab-separated columns"),
 }

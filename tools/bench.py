@@ -47,7 +47,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from bertexp.model import modeling  # noqa: E402
-import machine  # noqa: E402  (tools/)
+from bertexp.util import machine  # noqa: E402
 
 SHAPES = {
     # name: (layers, hidden, heads, intermediate, seq, batch)

@@ -47,7 +47,7 @@ from bertexp.train import optimization  # noqa: E402
 from bertexp.train import strategy as strategy_lib  # noqa: E402
 from bertexp.train import trainer as trainer_lib  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import machine  # noqa: E402  (tools/)
+from bertexp.util import machine  # noqa: E402
 
 DATA = os.path.join(REPO, ".cache", "data", "movie_sentiment")
 HF_PYTHON = os.path.join(REPO, ".cache", "bench_hf", "bin", "python")

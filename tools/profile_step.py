@@ -39,7 +39,7 @@ from bertexp.model import modeling  # noqa: E402
 from bertexp.train import optimization  # noqa: E402
 from bertexp.train import strategy as strategy_lib  # noqa: E402
 from bertexp.train import trainer as trainer_lib  # noqa: E402
-import machine  # noqa: E402  (tools/)
+from bertexp.util import machine  # noqa: E402
 import memory_probe  # noqa: E402  (tools/)
 
 BATCH = 32

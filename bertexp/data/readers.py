@@ -192,19 +192,32 @@ def read_table(path, text_columns, label_column=None, id_column=None,
   return rows
 
 
+def json_lines(path):
+  """(line number, value) of each non-blank line of a JSON-lines file: the
+  one JSONL reader of every `bertexp prepare` format. Lines end at "\n" only
+  (a U+2028 inside a JSON string is text), a UTF-8 BOM is dropped.
+
+  Raises:
+    ValueError: a line that is not JSON, or nested too deep to read
+      (naming path:line).
+  """
+  for number, line in enumerate(_split_lines(path, fileio.read_text(path)), 1):
+    if not line.strip():
+      continue
+    try:
+      yield number, json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+      reason = (e.msg if isinstance(e, json.JSONDecodeError) else
+                "nested too deep")
+      raise ValueError(f"{path}:{number}: not valid JSON ({reason})") from None
+
+
 def read_jsonl(path, text_columns, label_column=None, id_column=None,
                id_required=False):
   """Rows of a JSON-lines file, one object a line, columns by key."""
   rows = Rows(path, [], [] if len(text_columns) > 1 else None,
               [] if label_column else None, [], [])
-  lines = _split_lines(path, fileio.read_text(path))
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as e:
-      raise ValueError(f"{path}:{number}: not valid JSON ({e})") from None
+  for number, record in json_lines(path):
     if not isinstance(record, dict):
       raise ValueError(f"{path}:{number}: expected a JSON object, found "
                        f"{type(record).__name__}")

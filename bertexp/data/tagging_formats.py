@@ -20,10 +20,10 @@ sequence the scheme forbids) can name the file and line.
                  ns -> LOC, nt -> ORG, compounds by their bracket's tag.
 """
 import dataclasses
-import json
 import re
 from typing import List, Optional
 
+from bertexp.data import readers
 from bertexp.data import tag_schemes
 from bertexp.data import tokenization
 from bertexp.util import fileio
@@ -146,13 +146,7 @@ def read_conllu(path, tag="upos"):
 def read_jsonl(path):
   """{"tokens": [...], "tags": [...]} per line; "tags" may be absent."""
   sentences = []
-  for number, line in _lines(path):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+  for number, record in readers.json_lines(path):
     tokens = record.get("tokens") if isinstance(record, dict) else None
     if not isinstance(tokens, list) or not all(
         isinstance(t, str) for t in tokens):

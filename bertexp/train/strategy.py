@@ -13,14 +13,13 @@ import gin
 import tensorflow as tf
 import tf_keras
 
-from bertexp.util import private_apis
-from bertexp.util.machine import cpuinfo_field
+from bertexp.util.machine import (cpu_has_native_bfloat16, cpuinfo_field,
+                                  onednn_enabled, onednn_state)
 
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # /proc/cpuinfo names of native bfloat16 matmul support: x86 AVX512-BF16 and
 # AMX-BF16 ("flags"), Arm BF16 ("Features").
-_NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _MIRRORED = {}
 
 
@@ -205,27 +204,6 @@ def auto_precision(kind, gpu_capability=None):
       return "mixed_float16"
     return "float32"
   return "mixed_bfloat16" if cpu_has_native_bfloat16() else "float32"
-
-
-def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
-  """Whether this CPU has bfloat16 matmul instructions (AVX512-BF16, AMX-BF16
-  or Arm BF16), read from Linux's `cpuinfo`; False where that file is
-  missing (macOS, Windows): unknown is treated as emulated."""
-  flags = cpuinfo_field(("flags", "Features"), cpuinfo)
-  return bool(flags and _NATIVE_BF16_FLAGS & set(flags.split()))
-
-
-def onednn_enabled():
-  """Whether TensorFlow runs its oneDNN CPU kernels in this process (it
-  decides once, when it loads: see bertexp/__init__.py); None when this
-  TensorFlow cannot say. TensorFlow has no public call for it: this asks
-  the flag its own tests read."""
-  return private_apis.onednn_enabled()
-
-
-def onednn_state():
-  """onednn_enabled() in a word: "on", "off" or "unknown"."""
-  return {True: "on", False: "off", None: "unknown"}[onednn_enabled()]
 
 
 def device_kind(strategy):

@@ -3,6 +3,8 @@ instructions, and the thread counts, read from Linux's /proc/cpuinfo."""
 import os
 import platform
 
+from bertexp.util import private_apis
+
 # The instruction sets that decide which precision and runtime is fast.
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
                "amx_int8", "asimd", "bf16", "i8mm")
@@ -31,3 +33,41 @@ def describe_cpu(cpuinfo="/proc/cpuinfo"):
                   platform.processor() or platform.machine()),
           "cores": os.cpu_count(),
           "flags": [f for f in SPEED_FLAGS if f in flags]}
+
+
+# bfloat16 matmul instructions: AVX512-BF16, AMX-BF16, Arm BF16.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
+  """Whether this CPU has bfloat16 matmul instructions (NATIVE_BF16_FLAGS),
+  read from Linux's `cpuinfo`; False where that file is missing (macOS,
+  Windows): unknown is treated as emulated."""
+  flags = cpuinfo_field(("flags", "Features"), cpuinfo)
+  return bool(flags and NATIVE_BF16_FLAGS & set(flags.split()))
+
+
+def onednn_enabled():
+  """Whether TensorFlow runs its oneDNN CPU kernels in this process (it
+  decides once, when it loads: see bertexp/__init__.py); None when this
+  TensorFlow cannot say. TensorFlow has no public call for it: this asks
+  the flag its own tests read."""
+  return private_apis.onednn_enabled()
+
+
+def onednn_state():
+  """onednn_enabled() in a word: "on", "off" or "unknown"."""
+  return {True: "on", False: "off", None: "unknown"}[onednn_enabled()]
+
+
+def cpu_line():
+  """One line naming the CPU a benchmark ran on, for its output: ratios of
+  bfloat16 runs mean little without knowing whether the CPU computes
+  bfloat16 natively or emulates it."""
+  cpu = describe_cpu()
+  native = cpu_has_native_bfloat16()
+  return (f"CPU: {cpu['cpu']}, {cpu['cores']} logical cores, flags: "
+          f"{' '.join(cpu['flags']) or 'none of ' + ' '.join(SPEED_FLAGS)}, "
+          f"bfloat16 instructions: "
+          f"{'yes' if native else 'no (bfloat16 is emulated)'}, "
+          f"TensorFlow's oneDNN kernels: {onednn_state()}")

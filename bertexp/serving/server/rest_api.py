@@ -85,6 +85,9 @@ def _predict(server, name, version, body):
     request = json.loads(body)
   except (ValueError, UnicodeDecodeError) as e:
     raise ServingError("INVALID_ARGUMENT", f"JSON Parse error: {e}") from None
+  except RecursionError:
+    raise ServingError("INVALID_ARGUMENT",
+                       "JSON Parse error: nested too deep") from None
   if not isinstance(request, dict):
     raise ServingError("INVALID_ARGUMENT", "the request must be a JSON "
                        "object with \"instances\" or \"inputs\"")

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp import modes
+from bertexp import settings as settings_lib
 from bertexp.checkpoints import run_dir
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -22,7 +23,6 @@ from bertexp.util import fileio
 from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
-TRAINING_MODES = modes.TRAINING_MODES
 
 
 @dataclasses.dataclass
@@ -95,7 +95,7 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
         f"INIT_CHECKPOINT ({init_checkpoint}) and HUB_MODULE_URL "
         f"({model.encoder.path}) are both set: the pretrained encoder comes "
         "from one of them; bind the other to None")
-  if (required and mode in TRAINING_MODES and not init_checkpoint
+  if (required and modes.trains(mode) and not init_checkpoint
       and not from_hub and not tf.train.latest_checkpoint(model_dir)):
     raise ValueError(
         "this experiment fine-tunes a pretrained encoder: set INIT_CHECKPOINT "
@@ -106,128 +106,109 @@ def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
 
 @gin.configurable(module="bertexp")
 def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
-               task=gin.REQUIRED, init_checkpoint=None, train_batch_size=32,
-               eval_batch_size=32, num_train_epochs=3, train_steps=None,
-               num_eval_per_epoch=1, warmup_fraction=0.1, steps_per_loop=1000,
-               checkpoint_interval_steps=None, max_checkpoints=5,
-               best_metric=None, best_mode="max", seed=None,
-               require_pretrained_encoder=False, cpu_threads=None,
-               eval_before_training=False,
-               deterministic=False, clip_norm=1.0,
-               predict_checkpoint_path=None, eval_steps=-1,
-               init_optimizer_state=False, loss_upper_bound=None,
-               max_consecutive_bad_steps=25, recovery_max_trials=3,
-               gradient_accumulation_steps=1, pad_to_multiple_of="auto",
-               group_by_length=False, summary_histograms_every=None,
-               early_stopping_patience=None, early_stopping_min_delta=0.0,
-               config_text=None):
-  """Runs one experiment. `mode` is one of bertexp.modes.MODES
-  ("export_only" = "export").
+               task=gin.REQUIRED, schedule=None, steps=None, checkpoints=None,
+               runtime=None, config_text=None, **fields):
+  """Runs one experiment.
 
-  train_steps overrides the steps derived from num_train_epochs.
-  checkpoint_interval_steps defaults to one evaluation interval.
-  eval_steps=-1 evaluates the whole eval set (the only honest default).
-  best_metric (default: the task's selection metric) and best_mode ("max" or
-  "min") choose what MODEL_DIR/best_checkpoint/ keeps during train_and_eval;
-  export or predict it with PREDICT_CHECKPOINT_PATH="<MODEL_DIR>/best_checkpoint"
-  (a folder resolves through best_checkpoint.json).
-  early_stopping_patience: evaluations in a row without an improvement of
-  that metric by more than early_stopping_min_delta before training stops
-  (None: never); the run then keeps best_checkpoint/ as its weights (predict
-  and export read it) and a rerun does not train on.
-  The pretrained encoder comes from INIT_CHECKPOINT or HUB_MODULE_URL
-  (bertexp.build_encoder), never both; with require_pretrained_encoder a
-  fresh training run without either is an error. INIT_CHECKPOINT may also be
-  a bertexp training checkpoint: see `bertexp.checkpoints.run_dir.initialise_from_checkpoint` (with
-  init_optimizer_state, its optimizer moments too).
-  Divergence guard: a step whose loss or gradient norm is not finite (or
-  whose loss is above loss_upper_bound) is skipped and counted; after
-  max_consecutive_bad_steps in a row the run rolls back to an intact
-  checkpoint and continues past that data, at most recovery_max_trials times.
-  gradient_accumulation_steps K: each optimizer step runs K micro-batches of
-  train_batch_size / K per replica and applies their summed gradients, so
-  train_batch_size stays the effective batch (the paper's) in less memory.
-  pad_to_multiple_of: dynamic padding on CPUs and GPUs: each batch is cut to
-  its longest real sequence rounded up to this multiple ("auto": exact on
-  CPUs, 8 on GPUs, see strategy.padding_multiple; None or 0: every batch
-  keeps max_seq_length; TPUs always do). group_by_length: training
-  batches of similar lengths (Hugging Face's semantics; it changes which
-  examples share a batch, so it is off by default).
-  summary_histograms_every: per-layer gradient and weight norms and
-  histograms in TensorBoard every this many steps (None: off, for speed).
-  config_text (given by the command line, not by gin): the parsed gin files
-  and bindings, saved in MODEL_DIR as config.gin when training starts and as
-  config_<mode>.gin by the other modes (so predict or export never overwrite
-  the training run's record).
+  Args:
+    mode: one of bertexp.modes.MODES ("export_only" = "export").
+    model_dir: the run's folder (MODEL_DIR).
+    task: the bertexp.tasks.base.Task.
+    schedule, steps, checkpoints, runtime: the settings objects
+      (bertexp.settings: ScheduleSettings, StepOptions, CheckpointSettings,
+      RuntimeSettings; None: built from their gin bindings).
+    config_text: (given by the command line, not by gin) the parsed gin
+      files and bindings, saved in MODEL_DIR as config.gin when training
+      starts and as config_<mode>.gin by the other modes (so predict or
+      export never overwrite the training run's record).
+    **fields: any settings field by its own name
+      (`bertexp.experiment.train_batch_size = 64`), applied over the
+      objects.
+  Returns:
+    What the mode produced: the Training Summary, evaluation results,
+    prediction files, an export's folder or the plan.
+  Raises:
+    ValueError: a setting that is not one, or a configuration the mode
+      cannot run (one line, naming it).
   """
   mode = modes.canonical(mode)
-  _check_positive(EVAL_BATCH_SIZE=eval_batch_size,
-                  GRADIENT_ACCUMULATION_STEPS=gradient_accumulation_steps)
-  schedule = derive_schedule(task.num_train_examples(), train_batch_size,
-                             num_train_epochs, num_eval_per_epoch,
-                             warmup_fraction, train_steps) if mode in (
-                                 *TRAINING_MODES, "plan") else None
+  settings = settings_lib.resolve(schedule, steps, checkpoints, runtime,
+                                  fields)
+  sched, opts = settings.schedule, settings.steps
+  ckpts, run = settings.checkpoints, settings.runtime
+  _check_positive(EVAL_BATCH_SIZE=sched.eval_batch_size,
+                  GRADIENT_ACCUMULATION_STEPS=opts.gradient_accumulation_steps)
+  derived = derive_schedule(
+      task.num_train_examples(), sched.train_batch_size,
+      sched.num_train_epochs, sched.num_eval_per_epoch, sched.warmup_fraction,
+      sched.train_steps) if modes.derives_schedule(mode) else None
   if mode == "train_eval_predict" and not task.predict_splits():
     raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
                      "EXTRA_TEST_DATA_PATHS) bound")
   if mode == "plan":         # what a run would do, without running it
-    return _plan(task, schedule, train_batch_size,
-                 gradient_accumulation_steps, seed)
-  strategy, precision, jit_compile = _start_runtime(mode, cpu_threads, seed,
-                                                    deterministic)
+    return _plan(task, derived, sched.train_batch_size,
+                 opts.gradient_accumulation_steps, run.seed)
+  strategy, precision, jit_compile = _start_runtime(mode, run)
   fileio.makedirs(model_dir)
-  if config_text is not None and mode not in TRAINING_MODES:
+  if config_text is not None and not modes.trains(mode):
     fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
   with strategy.scope(), (modeling.portable_activations()
                           if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
   if mode == "distill_targets":
     return task.write_teacher_targets(model)
-  _check_pretrained_source(mode, model, model_dir, init_checkpoint,
-                           require_pretrained_encoder)
-  if mode in ("export", "export_tflite", "export_onnx"):
-    return _export(mode, task, model, model_dir, predict_checkpoint_path)
+  _check_pretrained_source(mode, model, model_dir, ckpts.init_checkpoint,
+                           ckpts.require_pretrained_encoder)
+  if modes.exports(mode):
+    return _export(mode, task, model, model_dir, ckpts.predict_checkpoint_path)
   step_settings = trainer_lib.StepSettings(
-      global_batch_size=train_batch_size, eval_batch_size=eval_batch_size,
-      clip_norm=clip_norm, jit_compile=jit_compile,
-      gradient_accumulation_steps=gradient_accumulation_steps,
-      pad_to_multiple_of=strategy_lib.padding_multiple(strategy,
-                                                       pad_to_multiple_of),
-      summary_histograms_every=summary_histograms_every,
-      loss_upper_bound=loss_upper_bound,
-      max_consecutive_bad_steps=max_consecutive_bad_steps)
+      global_batch_size=sched.train_batch_size,
+      eval_batch_size=sched.eval_batch_size, clip_norm=opts.clip_norm,
+      jit_compile=jit_compile,
+      gradient_accumulation_steps=opts.gradient_accumulation_steps,
+      pad_to_multiple_of=strategy_lib.padding_multiple(
+          strategy, opts.pad_to_multiple_of),
+      summary_histograms_every=opts.summary_histograms_every,
+      loss_upper_bound=opts.loss_upper_bound,
+      max_consecutive_bad_steps=opts.max_consecutive_bad_steps)
   if mode in ("eval", "predict"):
-    return _evaluate_or_predict(mode, model_dir, predict_checkpoint_path,
+    return _evaluate_or_predict(mode, model_dir, ckpts.predict_checkpoint_path,
                                 task, model, strategy, step_settings,
-                                eval_steps)
+                                sched.eval_steps)
   with _writer_lock(strategy, model_dir):
     summary = loop.train(
         "train" if mode == "train" else "train_and_eval",
         model_dir=worker_model_dir(strategy, model_dir), task=task, model=model,
-        strategy=strategy, precision=precision, schedule=schedule,
+        strategy=strategy, precision=precision, schedule=derived,
         step_settings=step_settings,
-        loop_settings=loop.LoopSettings(
-            steps_per_loop=steps_per_loop,
-            checkpoint_interval_steps=checkpoint_interval_steps,
-            max_checkpoints=max_checkpoints, eval_steps=eval_steps,
-            best_metric=best_metric, best_mode=best_mode,
-            eval_before_training=eval_before_training,
-            group_by_length=group_by_length,
-            recovery_max_trials=recovery_max_trials,
-            init_checkpoint=init_checkpoint,
-            init_optimizer_state=init_optimizer_state,
-            early_stopping_patience=early_stopping_patience,
-            early_stopping_min_delta=early_stopping_min_delta),
+        loop_settings=_loop_settings(settings),
         provenance=provenance_lib.record(
-            task, init_checkpoint=init_checkpoint, seed=seed,
-            deterministic=deterministic, cpu_threads=cpu_threads,
+            task, init_checkpoint=ckpts.init_checkpoint, seed=run.seed,
+            deterministic=run.deterministic, cpu_threads=run.cpu_threads,
             precision=precision),
         config_text=config_text)
   if mode == "train_eval_predict":
     summary["predictions"] = _predict_after_training(
-        model_dir, predict_checkpoint_path, task, strategy, step_settings,
-        eval_steps)
+        model_dir, ckpts.predict_checkpoint_path, task, strategy,
+        step_settings, sched.eval_steps)
   return summary
+
+
+def _loop_settings(settings):
+  """The train loop's LoopSettings of the experiment's settings."""
+  sched, opts, ckpts = settings.schedule, settings.steps, settings.checkpoints
+  return loop.LoopSettings(
+      steps_per_loop=sched.steps_per_loop,
+      checkpoint_interval_steps=ckpts.checkpoint_interval_steps,
+      max_checkpoints=ckpts.max_checkpoints, eval_steps=sched.eval_steps,
+      best_metric=ckpts.best_metric, best_mode=ckpts.best_mode,
+      eval_before_training=ckpts.eval_before_training,
+      group_by_length=opts.group_by_length,
+      recovery_max_trials=opts.recovery_max_trials,
+      init_checkpoint=ckpts.init_checkpoint,
+      init_optimizer_state=ckpts.init_optimizer_state,
+      early_stopping_patience=ckpts.early_stopping_patience,
+      early_stopping_min_delta=ckpts.early_stopping_min_delta)
 
 
 def _writer_lock(strategy, model_dir):
@@ -262,24 +243,24 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
   return result
 
 
-def _start_runtime(mode, cpu_threads, seed, deterministic):
-  """Threads, the strategy, seeds and numerics, in the order TensorFlow
-  needs them; returns (strategy, precision, jit_compile)."""
-  if cpu_threads:
+def _start_runtime(mode, run):
+  """Threads, the strategy, seeds and numerics (RuntimeSettings `run`), in
+  the order TensorFlow needs them; returns (strategy, precision,
+  jit_compile)."""
+  if run.cpu_threads:
     # Before any TF runtime work. Thread counts change CPU reduction order,
     # so a run reproduces bit for bit only with the same setting.
-    tf.config.threading.set_intra_op_parallelism_threads(cpu_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(cpu_threads)
+    tf.config.threading.set_intra_op_parallelism_threads(run.cpu_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(run.cpu_threads)
   # The strategy first: multi-worker collectives must be configured before
   # any other TensorFlow call initialises the runtime.
   strategy = strategy_lib.make_strategy()
-  if seed is not None:
-    tf_keras.utils.set_random_seed(seed)
-  if deterministic:
+  if run.seed is not None:
+    tf_keras.utils.set_random_seed(run.seed)
+  if run.deterministic:
     tf.config.experimental.enable_op_determinism()
   precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
-  if mode in ("predict", "export", "export_tflite", "export_onnx",
-              "distill_targets"):
+  if modes.serves_float32(mode):
     # Served models compute in float32 whatever the training precision, so
     # predict and the exported model give the same numbers (and teacher
     # targets are the float32 teacher's).

@@ -71,6 +71,16 @@ def _check_overrides_name_known_macros(gin_params):
                        f"files{hint}") from None
 
 
+def _check_experiment_fields():
+  """`bertexp.experiment` takes any settings field by name (see
+  bertexp.settings), so gin accepts any name there: here a name that is no
+  field fails at parse time, as a typo anywhere else does."""
+  import gin
+  from bertexp import settings
+  bound = gin.get_bindings("bertexp.experiment", resolve_references=False)
+  settings.check_fields(set(bound) - set(settings.EXPERIMENT_PARAMETERS))
+
+
 def _check_binding(param):
   """Parses one --gin_param alone; a ValueError naming it (and, for the most
   common mistake, an unquoted string, the fix) when it does not parse."""
@@ -130,6 +140,7 @@ def parse_gin(gin_files, gin_params):
       for param in gin_params:
         _check_binding(param)
       raise
+    _check_experiment_fields()
   except OSError as e:   # a gin file (or an include) that does not exist
     raise FileNotFoundError(str(e).split(" Searched config paths")[0]) from None
   except tokenize.TokenError as e:   # e.g. an unterminated string or bracket

@@ -3,8 +3,9 @@
 Rooms, lowest first (a module may import from its own room and from rooms
 below it, never above):
 
-    util | modes <- data <- model <- checkpoints <- tasks <- train | serving
-         <- experiment <- cli | gin_setup | registry | sweeps <- experiments/
+    util | modes <- data <- model <- checkpoints <- tasks <- settings | train
+         | serving <- experiment <- cli | gin_setup | registry | sweeps
+         <- experiments/
 
 `train` and `serving` are one level apart from each other: neither imports
 the other, and tasks import neither. Imports inside functions count too (a
@@ -19,6 +20,7 @@ import pytest
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertexp")
 
 RANK = {"util": 0, "modes": 0, "data": 1, "model": 2, "checkpoints": 3, "tasks": 4,
+        "settings": 5,
         "train": 5, "serving": 5, "experiment": 6,
         "cli": 7, "gin_setup": 7, "registry": 7, "sweeps": 7, "__init__": 7,
         "experiments": 8}   # shipped grid files: users of the sweeps API

@@ -204,6 +204,13 @@ class Task(abc.ABC):
     decoded."""
     return None
 
+  def predictor_methods(self) -> Dict[str, Callable[..., Any]]:
+    """{name: module-level function} that `bertexp.Predictor` offers as
+    methods for this task's exports (e.g. a multiple-choice task's
+    `choose`), called as function(predictor, *args); an export records each
+    one's "module:name". Default: none."""
+    return {}
+
   def onnx_head(self) -> Callable[[Any, tf_keras.Model], Tuple[Dict, Dict]]:
     """The writer of this task's head in an ONNX graph (see
     bertexp.model.onnx_graph: called as writer(graph, model) -> (outputs,

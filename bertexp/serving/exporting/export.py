@@ -43,12 +43,15 @@ EXPORT_INFO = fileio.join("assets.extra", "bertexp.json")
 
 def write_export_info(task, export_dir):
   """export_dir/assets.extra/bertexp.json: the task's Predictor decoder
-  ("module:name", or null for the Predictor's generic rows)."""
+  ("module:name", or null for the Predictor's generic rows) and its
+  Predictor methods ({name: "module:name"})."""
+  name = lambda function: f"{function.__module__}:{function.__qualname__}"
   decoder = task.predictor_decoder()
   fileio.makedirs(fileio.join(export_dir, "assets.extra"))
   fileio.write_json(fileio.join(export_dir, EXPORT_INFO), {
-      "predictor_decoder": decoder and
-                           f"{decoder.__module__}:{decoder.__qualname__}"})
+      "predictor_decoder": decoder and name(decoder),
+      "predictor_methods": {method: name(function) for method, function in
+                            task.predictor_methods().items()}})
 
 
 def export_saved_model(task, model, model_dir, version=None):

@@ -9,6 +9,7 @@
 It calls the SavedModel's `serve_text` signature (tokenizer and packing in
 the graph, as `bertexp prepare` does), in batches of `batch_size`.
 """
+import functools
 import importlib
 
 import numpy as np
@@ -40,25 +41,24 @@ def _python(value):
   return value.item() if isinstance(value, np.generic) else value
 
 
-def _decoder(export_dir):
-  """The row decoder the export names in assets.extra/bertexp.json (an
-  export without one, or of a task without one: generic_row).
+def _export_info(export_dir):
+  """The export's assets.extra/bertexp.json ({} for an export without it)."""
+  path = fileio.join(export_dir, export.EXPORT_INFO)
+  return fileio.read_json(path) if tf.io.gfile.exists(path) else {}
+
+
+def _function(name, where):
+  """The module-level function "module:name".
 
   Raises:
-    ValueError: the named module or function cannot be imported here.
+    ValueError: it cannot be imported here (naming `where`).
   """
-  path = fileio.join(export_dir, export.EXPORT_INFO)
-  name = (fileio.read_json(path).get("predictor_decoder")
-          if tf.io.gfile.exists(path) else None)
-  if not name:
-    return generic_row
   module, _, function = name.partition(":")
   try:
     return getattr(importlib.import_module(module), function)
   except (ImportError, AttributeError) as e:
-    raise ValueError(f"{path}: predictor_decoder {name!r} cannot be "
-                     f"imported here ({e}); import the task's package "
-                     "first") from None
+    raise ValueError(f"{where}: {name!r} cannot be imported here ({e}); "
+                     "import the task's package first") from None
 
 
 class Predictor:
@@ -91,9 +91,23 @@ class Predictor:
                        "signature (no vocabulary was configured)")
     self._serve = self._loaded.signatures["serve_text"]
     self.inputs = sorted(self._serve.structured_input_signature[1])
-    self._decode = _decoder(self.export_dir)
+    info = _export_info(self.export_dir)
+    where = fileio.join(self.export_dir, export.EXPORT_INFO)
+    decoder = info.get("predictor_decoder")
+    self._decode = _function(decoder, where) if decoder else generic_row
+    self._methods = {method: _function(name, where) for method, name in
+                     (info.get("predictor_methods") or {}).items()}
 
-  def _run(self, columns):
+  def __getattr__(self, name):
+    """A method the export's task offers (Task.predictor_methods)."""
+    methods = self.__dict__.get("_methods", {})
+    if name not in methods:
+      raise AttributeError(f"{type(self).__name__} of "
+                           f"{self.__dict__.get('export_dir')} has no method "
+                           f"{name!r}")
+    return functools.partial(methods[name], self)
+
+  def run(self, columns):
     """{input name: [str]} -> {output name: numpy array}, batch by batch."""
     size = len(next(iter(columns.values())))
     pieces = {}
@@ -122,8 +136,12 @@ class Predictor:
                  "text_b": [_text(b, f"row {i}") for i, (_, b) in enumerate(rows)]}
     if not rows:
       return []
-    out = self._run(columns)
-    return [self._decode(out, i) for i in range(len(rows))]
+    out = self.run(columns)
+    return [self.decode(out, i) for i in range(len(rows))]
+
+  def decode(self, outputs, i):
+    """Row i of `run`'s outputs as the task's decoder makes it."""
+    return self._decode(outputs, i)
 
   def answer(self, question, context):
     """The answer span of `context` for `question` (or lists of both)."""
@@ -137,7 +155,7 @@ class Predictor:
                        "contexts")
     if not questions:
       return []
-    out = self._run({
+    out = self.run({
         "question": [_text(q, f"question {i}") for i, q in enumerate(questions)],
         "context": [_text(c, f"context {i}") for i, c in enumerate(contexts)]})
     results = [self._decode(out, i) for i in range(len(questions))]

@@ -73,6 +73,10 @@ class Task(abc.ABC):
   # The seed of the training data's order (None: drawn once per run and
   # kept in the checkpoint); gin-configurable tasks bind it from SEED.
   seed: Optional[int] = None
+  # Whether batches may be cut to their longest real sequence (dynamic
+  # padding): True for inputs of one left-aligned sequence per row; a task
+  # whose rows hold several sequences end to end says False.
+  dynamic_padding: bool = True
 
   @abc.abstractmethod
   def build_model(self) -> tf_keras.Model:

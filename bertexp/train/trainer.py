@@ -234,7 +234,10 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # Dynamic padding, except on TPUs: they need static shapes.
     tpu = isinstance(strategy, (tf.distribute.TPUStrategy,
                                 tf.distribute.experimental.TPUStrategy))
-    self.pad_to_multiple_of = None if tpu else pad_to_multiple_of
+    # And except for a task whose model inputs are not one left-aligned
+    # sequence per row (Task.dynamic_padding).
+    self.pad_to_multiple_of = (None if tpu or not task.dynamic_padding
+                               else pad_to_multiple_of)
     self.strategy = strategy
     self.global_batch_size = global_batch_size
     self.eval_batch_size = eval_batch_size

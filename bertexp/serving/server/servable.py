@@ -3,6 +3,8 @@ inputs must pass, and the call.
 
 Shape legend: B batch (rows of a request), S sequence length.
 """
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -29,9 +31,20 @@ class Signature:
     self.outputs = dict(function.structured_outputs)
 
   def __call__(self, inputs):
-    """{name: numpy [B, ...]} -> {output name: numpy [B, ...]}."""
-    outputs = self.function(**{k: tf.constant(v, self.inputs[k].dtype)
-                               for k, v in inputs.items()})
+    """{name: numpy [B, ...]} -> {output name: numpy [B, ...]}.
+
+    Raises:
+      ServingError: INVALID_ARGUMENT when the model's graph refuses the
+        inputs (its own checks, e.g. a context with too few choices), as TF
+        Serving passes the model's status on.
+    """
+    try:
+      outputs = self.function(**{k: tf.constant(v, self.inputs[k].dtype)
+                                 for k, v in inputs.items()})
+    except tf.errors.InvalidArgumentError as e:
+      refused = re.search(r"assertion failed: \[([^\]]*)\]", e.message)
+      raise ServingError("INVALID_ARGUMENT", refused.group(1) if refused else
+                         e.message.strip().splitlines()[0]) from None
     return {k: v.numpy() for k, v in outputs.items()}
 
 
@@ -107,9 +120,17 @@ def check_inputs(signature, inputs, *, max_text_bytes):
                             max_text_bytes)
             for name, value in inputs.items()}
   shapes = {name: a.shape for name, a in arrays.items()}
-  if len({s for s in shapes.values()}) > 1:
+  # One row per example in every input; inputs of one rank (token ids,
+  # mask, types [B, S]) of one shape. A context [B] may come with its
+  # choices [B, N].
+  by_rank = {}
+  for shape in shapes.values():
+    by_rank.setdefault(len(shape), set()).add(shape)
+  if len({s[0] for s in shapes.values()}) > 1 or any(
+      len(same_rank) > 1 for same_rank in by_rank.values()):
     raise ServingError("INVALID_ARGUMENT", f"inputs of one request must have "
-                       f"the same shape, got {shapes}")
+                       f"the same rows (and, at one rank, the same shape), "
+                       f"got {shapes}")
   rows = next(iter(shapes.values()))[0]
   if rows == 0:
     raise ServingError("INVALID_ARGUMENT", "the request holds no rows")

@@ -15,6 +15,24 @@ from bertexp.data import pipeline
 from bertexp.model import encoders
 
 
+def soft_cross_entropy(teacher_logits, student_logits, temperature, axis=-1):
+  """Per-example KL(teacher || student) at `temperature`, times T^2.
+
+  Args:
+    teacher_logits, student_logits: [B, ..., C] (classes on `axis`).
+    temperature: T > 0; softens both distributions.
+    axis: the class axis.
+  Returns:
+    [B, ...] float32 (the class axis reduced); 0 where the two agree.
+  """
+  t = tf.cast(teacher_logits, tf.float32) / temperature
+  s = tf.cast(student_logits, tf.float32) / temperature
+  log_p_teacher = tf.nn.log_softmax(t, axis=axis)
+  kl = tf.reduce_sum(tf.exp(log_p_teacher) * (
+      log_p_teacher - tf.nn.log_softmax(s, axis=axis)), axis=axis)
+  return kl * (temperature ** 2)
+
+
 def checked_bert_config(bert_config_file, meta, meta_data_path):
   """The model's BertConfig, checked against `bertexp prepare`'s meta data.
 
@@ -214,6 +232,26 @@ class Task(abc.ABC):
     `choose`), called as function(predictor, *args); an export records each
     one's "module:name". Default: none."""
     return {}
+
+  # Whether a DistillationTask may train this task as a student from
+  # teacher outputs written once (--mode=distill_targets): outputs of a
+  # fixed width per example.
+  offline_teacher_targets: bool = False
+
+  def distillation_loss(self, teacher_outputs: tf.Tensor, outputs: tf.Tensor,
+                        temperature: float) -> tf.Tensor:
+    """How far this task's outputs are from a teacher's, per example, when
+    a DistillationTask trains it as a student (default: the softened
+    cross-entropy over the last axis, for class logits).
+
+    Args:
+      teacher_outputs, outputs: the teacher's and the student's model
+        outputs for one batch ([B, ...]).
+      temperature: the distillation temperature T.
+    Returns:
+      [B] float32.
+    """
+    return soft_cross_entropy(teacher_outputs, outputs, temperature)
 
   def onnx_head(self) -> Callable[[Any, tf_keras.Model], Tuple[Dict, Dict]]:
     """The writer of this task's head in an ONNX graph (see

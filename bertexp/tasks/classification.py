@@ -317,6 +317,14 @@ class ClassificationTask(base.Task):
     return {"probabilities": probabilities,
             "label": tf.gather(tf.constant(names), tf.argmax(probabilities, -1))}
 
+  offline_teacher_targets = True
+
+  def distillation_loss(self, teacher_outputs, outputs, temperature):
+    if self.is_regression:          # the teacher's value as the target
+      return tf.square(tf.cast(outputs[:, 0] - teacher_outputs[:, 0],
+                               tf.float32))                          # [B]
+    return super().distillation_loss(teacher_outputs, outputs, temperature)
+
   def tflite_outputs(self, outputs):
     if self.is_regression:
       return super().tflite_outputs(outputs)

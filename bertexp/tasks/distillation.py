@@ -38,29 +38,13 @@ from bertexp.data.prepare import UNLABELLED
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
-from bertexp.tasks import squad as squad_task
 from bertexp.tasks import teacher_targets
 from bertexp.util import fileio
 
 STUDENT_INITS = ("teacher_layers", "checkpoint", "random")
 
 
-def soft_cross_entropy(teacher_logits, student_logits, temperature, axis=-1):
-  """Per-example KL(teacher || student) at `temperature`, times T^2.
-
-  Args:
-    teacher_logits, student_logits: [B, ..., C] (classes on `axis`).
-    temperature: T > 0; softens both distributions.
-    axis: the class axis.
-  Returns:
-    [B, ...] float32 (the class axis reduced); 0 where the two agree.
-  """
-  t = tf.cast(teacher_logits, tf.float32) / temperature
-  s = tf.cast(student_logits, tf.float32) / temperature
-  log_p_teacher = tf.nn.log_softmax(t, axis=axis)
-  kl = tf.reduce_sum(tf.exp(log_p_teacher) * (
-      log_p_teacher - tf.nn.log_softmax(s, axis=axis)), axis=axis)
-  return kl * (temperature ** 2)
+soft_cross_entropy = base.soft_cross_entropy
 
 
 def layer_pairs(layer_map, student_layers, teacher_layers):
@@ -373,10 +357,11 @@ class DistillationTask(base.Task):
       raise ValueError("bertexp.DistillationTask.teacher_targets hold the "
                        "teacher's outputs only: hidden_weight and "
                        "attention_weight must be 0")
-    if teacher_targets and isinstance(student,
-                                      squad_task.QuestionAnsweringTask):
-      raise ValueError("bertexp.DistillationTask.teacher_targets: "
-                       "classification and regression students only")
+    if teacher_targets and not student.offline_teacher_targets:
+      raise ValueError("bertexp.DistillationTask.teacher_targets: a "
+                       f"{type(student).__name__} student takes its "
+                       "teacher's outputs in the step only (the targets "
+                       "hold classification and regression outputs)")
     self._teacher_prefix = None
 
   # -- model ---------------------------------------------------------------
@@ -469,14 +454,8 @@ class DistillationTask(base.Task):
 
   # -- loss ----------------------------------------------------------------
   def _distill_per_example(self, teacher_logits, logits):
-    if getattr(self.student, "is_regression", False):
-      return tf.square(tf.cast(logits[:, 0] - teacher_logits[:, 0],
-                               tf.float32))                          # [B]
-    if isinstance(self.student, squad_task.QuestionAnsweringTask):
-      # [B, S, 2]: a distribution over positions for start and for end.
-      return tf.reduce_mean(soft_cross_entropy(
-          teacher_logits, logits, self.temperature, axis=1), axis=-1)  # [B]
-    return soft_cross_entropy(teacher_logits, logits, self.temperature)
+    return self.student.distillation_loss(teacher_logits, logits,
+                                          self.temperature)          # [B]
 
   def loss_weights(self, labels):
     first = tf.nest.flatten(labels)[0]

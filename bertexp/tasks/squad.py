@@ -96,7 +96,8 @@ class QuestionAnsweringTask(base.Task):
     self.last_predictions = None
 
   def build_model(self):
-    config = encoders.read_config(self.bert_config_file)
+    config = base.checked_bert_config(self.bert_config_file, self.meta,
+                                      self.meta_data_path)
     encoder = encoders.build_encoder(config)
     return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
 
@@ -183,6 +184,11 @@ class QuestionAnsweringTask(base.Task):
 
   def onnx_head(self):
     return onnx_graph.span_head
+
+  def distillation_loss(self, teacher_outputs, outputs, temperature):
+    # [B, S, 2]: a distribution over positions for start and for end.
+    return tf.reduce_mean(base.soft_cross_entropy(
+        teacher_outputs, outputs, temperature, axis=1), axis=-1)    # [B]
 
   def text_serving(self, model):
     """`serve_text`: (question, context) -> answer, in the graph (see

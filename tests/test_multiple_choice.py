@@ -201,7 +201,7 @@ def test_served_choices_equal_the_predictor_and_the_predict_files(mc_run):
 def test_multiple_choice_on_two_replicas_equals_one(mc_data, tmp_path):
   """The strategy matrix's cell: 2 mirrored CPU replicas over the same
   global batch give the one-replica weights, loss, gradient norm and
-  metrics."""
+  metrics (the matrix's 3 steps at 1e-3)."""
   paths, _ = mc_data
   spec = {"gin_file": GIN_FILE, "params": dict(paths),
           "order": ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
@@ -211,4 +211,10 @@ def test_multiple_choice_on_two_replicas_equals_one(mc_data, tmp_path):
     runs[name] = str(tmp_path / name)
     mf.run_in_process(spec, runs[name], mf.STRATEGIES[strategy],
                       ['bertexp.configure_numerics.precision="float32"'])
-  mf.assert_equal_runs(runs["mirrored"], runs["one"], paths["INIT_CHECKPOINT"])
+  # After 3 steps the N scores of an example are still nearly equal (loss
+  # ln 3): the gradient sums per-choice terms (p_i - y_i) * ds_i whose ds_i
+  # nearly cancel, so the rounding of another summation order is magnified
+  # (seen here: 1.5e-5 of a 2.4e-4 norm with dynamic padding on, 2.5e-6
+  # without). 1e-4 still fails any gradient scaled by more than 1.0001.
+  mf.assert_equal_runs(runs["mirrored"], runs["one"], paths["INIT_CHECKPOINT"],
+                       gradient_norm_rtol=1e-4)

@@ -464,11 +464,36 @@ def dummy_inputs(batch_size=1, seq_length=8):
           "input_type_ids": tf.zeros_like(ones)}
 
 
-class ClassifierModel(tf_keras.Model):
+class HeadModel(tf_keras.Model):
+  """The one base of every task's model: an encoder (`self.encoder`) with
+  the task's head. Subclasses set `encoder` and their layers, and name the
+  attributes their saved config holds in `config_fields`."""
+
+  config_fields = ()
+
+  def dummy_inputs(self):
+    """Inputs whose one call creates every variable (the encoder's)."""
+    return self.encoder.dummy_inputs()
+
+  def build_variables(self):
+    """Creates every variable by one call on `dummy_inputs()`; returns
+    self."""
+    self(self.dummy_inputs(), training=False)
+    return self
+
+  def get_config(self):
+    """For Keras' saving metadata (bertexp restores weights from
+    checkpoints, never from a config)."""
+    return {"encoder": self.encoder.get_config(),
+            **{name: getattr(self, name) for name in self.config_fields}}
+
+
+class ClassifierModel(HeadModel):
   """Encoder + dropout + dense on the pooled output -> logits [B, L].
 
   With num_labels == 1 the single output is a regression value.
   """
+  config_fields = ("num_labels",)
 
   def __init__(self, encoder: BertEncoder, num_labels: int,
                dropout_rate: float = 0.1, seed=None, **kwargs):
@@ -495,12 +520,3 @@ class ClassifierModel(tf_keras.Model):
         encoded["pooled_output"], training=training,
         seed=fold_seed(dropout_seed, 1)))                                # [B, L]
     return (logits, encoded) if return_layers else logits
-
-  def build_variables(self):
-    self(self.encoder.dummy_inputs(), training=False)
-    return self
-
-  def get_config(self):
-    """For Keras' saving metadata (see BertEncoder.get_config)."""
-    return {"encoder": self.encoder.get_config(),
-            "num_labels": self.num_labels}

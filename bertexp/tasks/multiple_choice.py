@@ -28,8 +28,9 @@ from bertexp.util import fileio
 _INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
-class MultipleChoiceModel(tf_keras.Model):
+class MultipleChoiceModel(modeling.HeadModel):
   """{input: [B, N * S]} -> choice logits [B, N]."""
+  config_fields = ("num_choices", "seq_length")
 
   def __init__(self, encoder, num_choices, seq_length, dropout_rate=0.1,
                seed=None, **kwargs):
@@ -53,15 +54,9 @@ class MultipleChoiceModel(tf_keras.Model):
     return tf.reshape(tf.cast(scores, tf.float32),
                       [-1, self.num_choices])                        # [B, N]
 
-  def build_variables(self):
+  def dummy_inputs(self):
     width = self.num_choices * self.seq_length
-    self({name: tf.ones([1, width], tf.int32) for name in _INPUTS},
-         training=False)
-    return self
-
-  def get_config(self):
-    return {"encoder": self.encoder.get_config(),
-            "num_choices": self.num_choices, "seq_length": self.seq_length}
+    return {name: tf.ones([1, width], tf.int32) for name in _INPUTS}
 
 
 class ChoiceServing(tf.Module):

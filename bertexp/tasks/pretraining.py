@@ -30,12 +30,8 @@ from bertexp.tasks import base
 from bertexp.util import fileio
 
 
-class PretrainingModel(tf_keras.Model):
+class PretrainingModel(modeling.HeadModel):
   """Encoder + the MLM head (tied to the word embeddings) + the NSP head."""
-
-  def get_config(self):
-    """For Keras' saving metadata (see BertEncoder.get_config)."""
-    return {"encoder": self.encoder.get_config()}
 
   def __init__(self, encoder, seed=None, **kwargs):
     super().__init__(**kwargs)
@@ -66,10 +62,14 @@ class PretrainingModel(tf_keras.Model):
     return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits}
 
   def build_variables(self, max_predictions):
-    inputs = dict(self.encoder.dummy_inputs(),
-                  masked_lm_positions=tf.zeros([1, max_predictions], tf.int32))
-    self(inputs, training=False)
-    return self
+    """Creates every variable, the MLM head's for `max_predictions`
+    positions; returns self."""
+    self._max_predictions = max_predictions
+    return super().build_variables()
+
+  def dummy_inputs(self):
+    return dict(self.encoder.dummy_inputs(), masked_lm_positions=tf.zeros(
+        [1, self._max_predictions], tf.int32))
 
 
 def _mlm_terms(labels, outputs):

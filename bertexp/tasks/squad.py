@@ -18,6 +18,7 @@ from bertexp.data import squad_json
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
+from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import squad_answers
@@ -26,7 +27,7 @@ from bertexp.tasks import squad_serving
 from bertexp.util import fileio
 
 
-class SpanModel(tf_keras.Model):
+class SpanModel(modeling.HeadModel):
   """Encoder + dense(2) on every token -> start and end logits [B, S, 2];
   padded positions get -10000."""
 
@@ -37,10 +38,6 @@ class SpanModel(tf_keras.Model):
         2, kernel_initializer=tf_keras.initializers.TruncatedNormal(
             stddev=encoder.config.initializer_range, seed=seed),
         dtype="float32", name="span_head")
-
-  def get_config(self):
-    """For Keras' saving metadata (see BertEncoder.get_config)."""
-    return {"encoder": self.encoder.get_config()}
 
   def call(self, inputs, training=None, dropout_seed=None,
            return_layers=False):
@@ -55,10 +52,6 @@ class SpanModel(tf_keras.Model):
     padding = 1.0 - tf.cast(inputs["input_mask"], logits.dtype)      # [B, S]
     logits = logits + padding[:, :, tf.newaxis] * -10000.0
     return (logits, encoded) if return_layers else logits
-
-  def build_variables(self):
-    self(self.encoder.dummy_inputs(), training=False)
-    return self
 
 
 @gin.configurable(module="bertexp")

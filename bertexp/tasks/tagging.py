@@ -30,8 +30,9 @@ from bertexp.util import fileio
 _PER_TOKEN = ("label_ids", "piece_label_ids", "word_index")
 
 
-class TaggingModel(tf_keras.Model):
+class TaggingModel(modeling.HeadModel):
   """Encoder + dropout + dense on every position -> logits [B, S, L]."""
+  config_fields = ("num_labels",)
 
   def __init__(self, encoder, num_labels, dropout_rate=0.1, seed=None,
                **kwargs):
@@ -51,14 +52,6 @@ class TaggingModel(tf_keras.Model):
         encoded["sequence_output"], training=training,
         seed=modeling.fold_seed(dropout_seed, 1)))                   # [B, S, L]
 
-  def build_variables(self):
-    self(self.encoder.dummy_inputs(), training=False)
-    return self
-
-  def get_config(self):
-    """For Keras' saving metadata (see BertEncoder.get_config)."""
-    return {"encoder": self.encoder.get_config(),
-            "num_labels": self.num_labels}
 
 
 def _read_meta(path):

@@ -292,7 +292,9 @@ def _serving_commands(sub, add):
                    help="0 picks a free port; -1 turns REST off")
   srv.add_argument("--grpc_port", type=int, default=8500,
                    help="0 picks a free port; -1 turns gRPC off")
-  srv.add_argument("--host", default="0.0.0.0")
+  srv.add_argument("--host", default="0.0.0.0",
+                   help="the address to listen on: every interface by "
+                   "default, as TF Serving; 127.0.0.1 for this machine only")
   srv.add_argument("--enable_batching", action="store_true",
                    help="merge concurrent requests into one model call")
   srv.add_argument("--batching_parameters_file",
@@ -302,6 +304,10 @@ def _serving_commands(sub, add):
                    help="how often new versions are looked for (0: never)")
   srv.add_argument("--max_text_bytes", type=int, default=65536,
                    help="the longest text a request's string input may hold")
+  srv.add_argument("--max_request_bytes", type=int, default=64 << 20,
+                   help="the largest request body: REST answers 413 from "
+                   "its Content-Length before reading it; gRPC's message "
+                   "limit")
   srv.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0,
                    help="threads one model call may use (TensorFlow and "
                         "ONNX Runtime); 0: one per core. Under concurrent "
@@ -387,7 +393,8 @@ def cmd_serve(args):
                   grpc_port=port(args.grpc_port), host=args.host,
                   batching=batching,
                   poll_seconds=args.file_system_poll_wait_seconds,
-                  max_text_bytes=args.max_text_bytes)
+                  max_text_bytes=args.max_text_bytes,
+                  max_request_bytes=args.max_request_bytes)
 
 
 def load_tensorflow_quietly():

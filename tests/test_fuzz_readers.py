@@ -19,9 +19,15 @@ from bertexp.tasks import squad_scoring
 from conftest import REPO
 
 # FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt (default 200).
+# The inputs are derived from each test's name (derandomize), so every run
+# draws the same ones and a failure replays as it is. FUZZ_RANDOM=1 draws
+# new ones each run; a failure then prints the @reproduce_failure line that
+# replays it (print_blob).
+DRAWS = dict(derandomize=not os.environ.get("FUZZ_RANDOM"), print_blob=True,
+             deadline=None, database=None,
+             suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 200)),
-                deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+                **DRAWS)
 COUNTS = {}   # reader -> generated inputs (printed after the module, -s)
 
 
@@ -198,8 +204,7 @@ def test_gin_bindings(bindings):
     gin.clear_config()
 
 
-@settings(max_examples=120, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, **DRAWS)
 @given(train=_utf8_or_bytes(TEXT), regression=st.booleans(),
        good_eval=st.booleans())
 def test_prepare_leaves_nothing_behind_on_bad_input(train, regression,
@@ -439,8 +444,7 @@ TAG_TEXT = st.lists(st.one_of(TRICKY, st.sampled_from(
     st.text(max_size=6)), max_size=40).map("".join)
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, **DRAWS)
 @given(train=_utf8_or_bytes(TAG_TEXT), file_format=st.sampled_from(
     ["conll", "conllu", "jsonl", "peoples_daily"]),
        scheme=st.sampled_from(["BIO", "BIOES", "NONE"]),

@@ -373,6 +373,24 @@ def test_bad_rest_request_is_answered_and_the_server_keeps_serving(
   assert served["process"].poll() is None
 
 
+def test_a_body_above_the_limit_is_refused_before_it_is_read(served):
+  """A request declaring a 100 MB body (above the 64 MB default) gets 413
+  at once, with nothing of the body sent; the server keeps serving."""
+  import socket
+  import urllib.parse
+  address = urllib.parse.urlsplit(served["base"])
+  with socket.create_connection((address.hostname, address.port),
+                                timeout=60) as client:
+    client.sendall(b"POST /v1/models/tiny:predict HTTP/1.1\r\n"
+                   b"Host: localhost\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: 100000000\r\n\r\n{")
+    reply = client.recv(65536).decode()
+  assert reply.startswith("HTTP/1.1 413"), reply[:200]
+  assert "more than the server's limit of 67108864" in reply
+  assert _predict_text(served, ["good"]).status_code == 200
+  assert served["process"].poll() is None
+
+
 def test_unknown_model_version_and_grpc_errors(served):
   assert requests.get(f"{served['base']}/v1/models/other",
                       timeout=60).status_code == 404

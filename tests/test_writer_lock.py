@@ -78,14 +78,20 @@ def test_another_hosts_lease_expires(tmp_path, age, taken):
 
 
 def test_the_holder_renews_its_lease(tmp_path):
-  lock = writer_lock.WriterLock(str(tmp_path), lease_seconds=0.4).acquire()
+  """Renewals every lease / 4 = 2 s; the wait for one is bounded (30 s),
+  not a fixed sleep, and a holder renewing within its 8 s lease is alive
+  however loaded the machine: no timing this test can lose."""
+  lock = writer_lock.WriterLock(str(tmp_path), lease_seconds=8).acquire()
   path = tmp_path / writer_lock.LOCK_NAME
   first = json.loads(path.read_text())["renewed"]
-  time.sleep(0.5)
+  deadline = time.monotonic() + 30
+  while (json.loads(path.read_text())["renewed"] == first and
+         time.monotonic() < deadline):
+    time.sleep(0.1)
   assert json.loads(path.read_text())["renewed"] > first
   # A renewing holder is alive however old its start: refused.
   with pytest.raises(ValueError, match="being trained by another process"):
-    writer_lock.WriterLock(str(tmp_path), lease_seconds=0.4).acquire()
+    writer_lock.WriterLock(str(tmp_path), lease_seconds=8).acquire()
   lock.release()
 
 

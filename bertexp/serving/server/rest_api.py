@@ -17,6 +17,7 @@ import json
 import logging
 import re
 
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wrappers import Request, Response
 
 from bertexp.serving.server.errors import ServingError
@@ -26,15 +27,23 @@ _MODEL_PATH = re.compile(
     r"/labels/(?P<label>[^/:]+))?(?P<rest>/metadata|:[a-z]+)?")
 
 
-def make_app(server):
-  """The WSGI app of `server` (a model_server.Models)."""
+def make_app(server, max_request_bytes=None):
+  """The WSGI app of `server` (a model_server.Models); a body above
+  `max_request_bytes` is refused with 413 from its Content-Length, before
+  it is read (None: no limit)."""
 
   @Request.application
   def app(request):
+    request.max_content_length = max_request_bytes
     try:
       return _json(200, _route(server, request))
     except ServingError as e:
       return _json(e.http_status, {"error": e.message})
+    except RequestEntityTooLarge:
+      return _json(413, {"error": f"the request body holds "
+                                  f"{request.content_length} bytes, more "
+                                  f"than the server's limit of "
+                                  f"{max_request_bytes}"})
     except Exception as e:  # pylint: disable=broad-except
       logging.exception("internal error answering %s %s", request.method,
                         request.path)

@@ -16,9 +16,14 @@ from bertexp.serving.server.model_server import ModelServer, Models
 from bertexp.serving.server.rest_api import make_app
 
 
+# The largest request body: the gRPC server's message limit, and REST's.
+MAX_REQUEST_BYTES = 64 << 20
+
+
 def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
           batching=None, poll_seconds=1.0, max_text_bytes=65536,
-          grpc_threads=16, grace_seconds=30.0):
+          max_request_bytes=MAX_REQUEST_BYTES, grpc_threads=16,
+          grace_seconds=30.0):
   """Serves until SIGTERM or SIGINT.
 
   Args:
@@ -31,6 +36,8 @@ def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
       None (one model call per request).
     poll_seconds: how often new versions are looked for (0: never).
     max_text_bytes: the longest text a string input may hold.
+    max_request_bytes: the largest request body (REST: refused with 413
+      from its Content-Length before it is read; gRPC: the largest message).
     grpc_threads: concurrent gRPC requests.
     grace_seconds: how long requests in flight may take at shutdown.
   Returns:
@@ -52,9 +59,10 @@ def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
   try:
     if grpc_port is not None:
       grpc_server, grpc_port = _start_grpc(server, host, grpc_port,
-                                           grpc_threads)
+                                           grpc_threads, max_request_bytes)
     if rest_port is not None:
-      http_server, rest_thread = _start_rest(server, host, rest_port)
+      http_server, rest_thread = _start_rest(server, host, rest_port,
+                                             max_request_bytes)
       rest_port = http_server.server_port
     served = "; ".join(
         f"{name} version {server.status(name)[0][0]} from "
@@ -104,12 +112,12 @@ def set_threads(intra_op, inter_op):
   tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
 
-def _start_grpc(server, host, port, threads):
+def _start_grpc(server, host, port, threads, max_request_bytes):
   import grpc
   from bertexp.serving.server import grpc_api
   grpc_server = grpc.server(
       concurrent.futures.ThreadPoolExecutor(max_workers=threads),
-      options=[("grpc.max_receive_message_length", 64 << 20),
+      options=[("grpc.max_receive_message_length", max_request_bytes),
                ("grpc.max_send_message_length", 64 << 20)])
   grpc_api.add_services(grpc_server, server)
   bound = grpc_server.add_insecure_port(f"{host}:{port}")
@@ -119,11 +127,12 @@ def _start_grpc(server, host, port, threads):
   return grpc_server, bound
 
 
-def _start_rest(server, host, port):
+def _start_rest(server, host, port, max_request_bytes):
   from werkzeug.serving import make_server
   # No line per request (TF Serving logs none either); errors still log.
   logging.getLogger("werkzeug").setLevel(logging.WARNING)
-  http_server = make_server(host, port, make_app(server), threaded=True)
+  http_server = make_server(host, port, make_app(server, max_request_bytes),
+                            threaded=True)
   # Keep the request threads joinable, so shutdown waits for their replies.
   http_server.daemon_threads = False
   http_server.block_on_close = True

@@ -211,6 +211,6 @@ def test_squad_16gb_file_trains_with_accumulation_and_recompute_in_force(
   used = open(os.path.join(model_dir, "operative_config.gin")).read()
   for line in ("GRADIENT_ACCUMULATION_STEPS = 2", "RECOMPUTE = True",
                "build_encoder.recompute = %RECOMPUTE",
-               "experiment.gradient_accumulation_steps = "
+               "StepOptions.gradient_accumulation_steps = "
                "%GRADIENT_ACCUMULATION_STEPS"):
     assert line in used.splitlines(), (line, used)

@@ -72,8 +72,8 @@ def cmd_convert(args):
 def cmd_evaluate_squad(args):
   """`bertexp evaluate-squad`: the official SQuAD rules on a predictions file."""
   import json
-  from bertexp.data import squad_json
-  from bertexp.tasks import squad_scoring
+  from bertexp.tasks.squad import squad_json
+  from bertexp.tasks.squad import scoring as squad_scoring
   from bertexp.util import fileio
   pred_file = args.pred_file
   if args.best_threshold_output:
@@ -216,7 +216,7 @@ def _training_commands(sub, add):
 
 def _prepare_commands(sub, add):
   """prepare <kind>: the subcommands the tasks declare
-  (bertexp/tasks/*_prepare.py, see bertexp.tasks.prepare_command)."""
+  (bertexp/tasks/<task>/prepare.py, see bertexp.tasks.prepare_command)."""
   from bertexp.tasks import prepare_command
   prep = sub.add_parser("prepare", help="text -> TFRecords + meta data")
   prep_sub = prep.add_subparsers(dest="kind", required=True)

@@ -154,7 +154,7 @@ def requires_minilm():
 def tiny_sst2_task(root, vocab, dropout=0.0):
   """A ClassificationTask on the tiny SST-2 data under `root`, in file order
   (no shuffle), with the tiny encoder's dropout rates set to `dropout`."""
-  from bertexp.tasks import classification
+  from bertexp.tasks.classification import task as classification
   config = os.path.join(root, f"config_{dropout}.json")
   os.makedirs(root, exist_ok=True)
   with open(config, "w") as f:

@@ -306,7 +306,8 @@ def test_both_jsonl_formats_read_lines_through_one_reader(tmp_path):
   """Classification rows and tagged sentences in JSONL: a line nested too
   deep is the same one-line error naming file and line in both, and a
   U+2028 inside a JSON string is text, not a line break."""
-  from bertexp.data import readers, tagging_formats
+  from bertexp.data import readers
+  from bertexp.tasks.tagging import formats as tagging_formats
   deep = tmp_path / "deep.jsonl"
   deep.write_text('{"text": "ok", "tokens": ["ok"]}\n' + "[" * 100000 + "\n")
   for read in (lambda p: readers.read_jsonl(p, ["text"]),

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp.tasks import classification
-from bertexp.tasks import distillation
+from bertexp.tasks.classification import task as classification
+from bertexp.tasks.distillation import task as distillation
 from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, prepare_tiny_sst2_run
 
 DEMO_DISTILL = "experiments/demo/movie_sentiment_distill_cpu.gin"

@@ -9,13 +9,13 @@ import gin
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from bertexp.data import pretraining
+from bertexp.tasks.pretraining import data as pretraining
 from bertexp.data import readers
-from bertexp.data import squad
+from bertexp.tasks.squad import data as squad
 from bertexp.data import tokenization
 from bertexp.gin_setup import parse_gin
 from bertexp.model import modeling
-from bertexp.tasks import squad_scoring
+from bertexp.tasks.squad import scoring as squad_scoring
 from conftest import REPO
 
 # FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt (default 200).
@@ -178,7 +178,7 @@ def test_pretraining_text(content):
     ["task", "max_seq_length", "num_labels", "label_type", "train_data_size",
      "split_sizes", "label_names", "vocab_size"]), JSON_VALUES, max_size=8))
 def test_meta_data(values):
-  from bertexp.tasks import classification
+  from bertexp.tasks.classification import task as classification
   path = _file(json.dumps(values), "_meta_data")
   _clear_error_or_result(
       lambda p: classification.ClassificationTask(
@@ -393,8 +393,8 @@ META_FIELDS = ["task", "max_seq_length", "max_predictions_per_seq",
                                             JSON_VALUES | st.sampled_from(
     ["pretraining", 16, 5, True]), max_size=9), v2=st.booleans())
 def test_pretraining_and_squad_meta_data(values, v2):
-  from bertexp.tasks import pretraining as pretraining_task
-  from bertexp.tasks import squad as squad_task
+  from bertexp.tasks.pretraining import task as pretraining_task
+  from bertexp.tasks.squad import task as squad_task
   path = _file(json.dumps(values), "_meta_data")
   _clear_error_or_result(
       lambda p: pretraining_task.PretrainingTask(
@@ -425,7 +425,7 @@ def test_sweep_grid_file(body):
 def test_nbest_file(dataset, nbest, odds):
   """evaluate-squad --nbest_file: the n-best file, null odds and dataset
   are read and re-thresholded, or an error names the file at fault."""
-  from bertexp.data import squad_json
+  from bertexp.tasks.squad import squad_json
   files = {what: _file(json.dumps(value), f"_{what}.json") for what, value in
            (("dataset", dataset), ("n-best", nbest), ("null odds", odds))}
   COUNTS["n-best file"] = COUNTS.get("n-best file", 0) + 1
@@ -451,7 +451,7 @@ TAG_TEXT = st.lists(st.one_of(TRICKY, st.sampled_from(
        input_scheme=st.sampled_from([None, "IOB1"]))
 def test_prepare_tagging_reads_or_names_the_line_and_leaves_nothing(
     train, file_format, scheme, input_scheme):
-  from bertexp.data import tagging
+  from bertexp.tasks.tagging import data as tagging
   from conftest import TINY_VOCAB
   vocab = _file("\n".join(TINY_VOCAB) + "\n", ".vocab")
   train_file = _file(train, ".tagged")

@@ -12,7 +12,7 @@ import tensorflow as tf
 from bertexp import cli
 from bertexp.checkpoints import run_dir
 from bertexp.model import modeling
-from bertexp.tasks import squad
+from bertexp.tasks.squad import task as squad
 from conftest import MINILM_HF, TINY_CONFIG, requires_minilm
 
 
@@ -121,7 +121,7 @@ def test_tagger_head_is_token_classification_with_tag_names(
     tmp_path, tiny_config, tiny_vocab):
   """A tagging run's head -> BertForTokenClassification's `classifier`,
   id2label the meta data's tags in label-id order."""
-  from bertexp.tasks import tagging
+  from bertexp.tasks.tagging import task as tagging
   config = modeling.BertConfig.from_json_file(tiny_config)
   model = tagging.TaggingModel(modeling.BertEncoder(config), 5).build_variables()
   prefix = _training_checkpoint(model, tmp_path)

@@ -114,14 +114,39 @@ def test_imports_point_down_only():
   assert direction_violations(import_graph()) == []
 
 
+def task_folder(module):
+  """'bertexp.tasks.squad.data' -> 'squad'; None outside a task folder."""
+  parts = module.split(".")
+  return parts[2] if len(parts) > 3 and parts[1] == "tasks" else None
+
+
+def task_folder_crossings(graph):
+  """(importer, imported) where one task's folder imports another's: each
+  task stands alone on the shared tasks/ modules (base, prepare_command,
+  text_serving), so a task can be added or removed as one folder."""
+  return [(importer, target) for importer, targets in sorted(graph.items())
+          for target in sorted(targets)
+          if task_folder(importer) and task_folder(target) and
+          task_folder(importer) != task_folder(target)]
+
+
+def test_task_folders_import_no_other_task_folder():
+  assert task_folder_crossings(import_graph()) == []
+  graph = import_graph()
+  graph["bertexp.tasks.distillation.task"] = set(
+      graph["bertexp.tasks.distillation.task"]) | {"bertexp.tasks.squad.task"}
+  assert task_folder_crossings(graph) == [
+      ("bertexp.tasks.distillation.task", "bertexp.tasks.squad.task")]
+
+
 def test_no_import_cycles():
   assert cycles(import_graph()) == []
 
 
 @pytest.mark.parametrize("importer,imported", [
-    ("bertexp.tasks.squad", "bertexp.train.loop"),          # task -> train
-    ("bertexp.tasks.squad", "bertexp.serving.exporting.export"),  # -> serving
-    ("bertexp.data.squad", "bertexp.tasks.squad_scoring"),  # data -> tasks
+    ("bertexp.tasks.squad.task", "bertexp.train.loop"),          # task -> train
+    ("bertexp.tasks.squad.task", "bertexp.serving.exporting.export"),  # -> serving
+    ("bertexp.data.pipeline", "bertexp.tasks.squad.scoring"),  # data -> tasks
     ("bertexp.train.loop", "bertexp.serving.exporting.export"),   # siblings
     ("bertexp.util.fileio", "bertexp.model.modeling"),      # util -> model
 ])

@@ -14,7 +14,7 @@ import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import prepare
-from bertexp.tasks import classification
+from bertexp.tasks.classification import task as classification
 from conftest import TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 

@@ -9,8 +9,8 @@ from bertexp import cli
 from bertexp import gin_setup
 from bertexp.model import memory_plan
 from bertexp.model import modeling
-from bertexp.tasks import pretraining
-from bertexp.tasks import squad
+from bertexp.tasks.pretraining import task as pretraining
+from bertexp.tasks.squad import task as squad
 from bertexp.train import strategy
 from conftest import TINY_CONFIG
 from conftest import prepare_tiny_sst2_run

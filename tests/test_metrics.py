@@ -1,7 +1,7 @@
 """GLUE metrics against hand-computed values."""
 import pytest
 
-from bertexp.tasks import glue_metrics
+from bertexp.tasks.classification import metrics as glue_metrics
 
 LABELS = [1, 1, 1, 0, 0, 0, 1, 0]
 PREDS = [1, 1, 0, 0, 0, 1, 1, 1]

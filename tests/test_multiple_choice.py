@@ -1,5 +1,5 @@
 """Multiple choice, the task that proves the seams: it lives in
-bertexp/tasks/multiple_choice{,_prepare}.py and gin/tasks/multiple_choice.gin
+bertexp/tasks/multiple_choice/ and gin/tasks/multiple_choice.gin
 alone. Prepared from JSONL and CSV, it trains (and learns), evaluates,
 predicts, exports, answers `bertexp serve` and `Predictor.choose` alike, and
 gives the same run on 2 mirrored replicas as on one."""
@@ -113,7 +113,7 @@ def test_prepare_reads_jsonl_and_swag_style_csv_alike(mc_data, tmp_path):
 ])
 def test_bad_multiple_choice_files_are_one_line_errors(tmp_path, tiny_vocab,
                                                         line, message):
-  from bertexp.tasks import multiple_choice_prepare as mcp
+  from bertexp.tasks.multiple_choice import prepare as mcp
   path = tmp_path / "bad.jsonl"
   _write_jsonl(path, _examples(1, 5))
   with open(path, "a") as f:

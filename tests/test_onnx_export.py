@@ -15,7 +15,8 @@ from bertexp import cli
 from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.serving.exporting import onnx_export
-from bertexp.tasks import squad, tagging
+from bertexp.tasks.squad import task as squad
+from bertexp.tasks.tagging import task as tagging
 from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
 
 CONFIG = dict(TINY_CONFIG, vocab_size=40, hidden_size=32,

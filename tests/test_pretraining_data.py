@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp.data import pretraining
+from bertexp.tasks.pretraining import data as pretraining
 from bertexp.data import vocab as vocab_lib
 
 WORDS = ["the", "movie", "film", "plot", "actor", "story", "music", "scene",

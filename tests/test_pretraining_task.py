@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
-from bertexp.tasks import pretraining as pretraining_task
+from bertexp.tasks.pretraining import task as pretraining_task
 from conftest import NEGATIVE, POSITIVE, REPO
 from conftest import prepare_tiny_sst2_run
 from test_train import _train

@@ -99,7 +99,7 @@ def _export_regression(root, vocab):
   """A tiny regression model (ClassificationTask on float scores) exported
   as version 1 under root/regression/export."""
   from bertexp.serving.exporting import export
-  from bertexp.tasks import classification
+  from bertexp.tasks.classification import task as classification
   from bertexp import cli
   table = "sentence\tscore\n" + "".join(
       f"{s}\t{2.0 + i / 10}\n" for i, s in enumerate(TEXTS[:6]))

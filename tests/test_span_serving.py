@@ -1,4 +1,4 @@
-"""serve_text's in-graph answer recovery (bertexp.tasks.squad_serving) on hand-made
+"""serve_text's in-graph answer recovery (bertexp.tasks.squad.serving) on hand-made
 logits: spans cut from the original text the way get_final_text cuts them."""
 import os
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp.data import tokenization
-from bertexp.tasks import squad_serving
+from bertexp.tasks.squad import serving as squad_serving
 from conftest import MINILM_HF, requires_minilm
 
 SPEC = {"max_seq_length": 64, "max_query_length": 16, "n_best_size": 20,

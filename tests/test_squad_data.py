@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from bertexp.data import squad
+from bertexp.tasks.squad import data as squad
 from bertexp.data import tokenization
 from conftest import MINILM_HF, REPO, requires_minilm
 

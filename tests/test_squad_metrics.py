@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bertexp import cli
-from bertexp.tasks import squad_scoring as sm
+from bertexp.tasks.squad import scoring as sm
 
 
 def _dataset(questions, version="1.1"):

@@ -16,11 +16,11 @@ from seqeval.metrics import sequence_labeling
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
-from bertexp.data import tagging as tagging_data
-from bertexp.data import tagging_formats
-from bertexp.tasks import tagging as tagging_task
-from bertexp.tasks import tagging_metrics
-from bertexp.tasks import tagging_serving
+from bertexp.tasks.tagging import data as tagging_data
+from bertexp.tasks.tagging import formats as tagging_formats
+from bertexp.tasks.tagging import task as tagging_task
+from bertexp.tasks.tagging import metrics as tagging_metrics
+from bertexp.tasks.tagging import serving as tagging_serving
 from conftest import TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 

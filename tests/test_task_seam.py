@@ -77,7 +77,7 @@ def test_the_shared_layers_never_name_a_task():
 
 @pytest.mark.parametrize("line,what", [
     ("from bertexp.tasks import squad", "imports from bertexp.tasks"),
-    ("import bertexp.tasks.tagging", "imports bertexp.tasks.tagging"),
+    ("import bertexp.tasks.tagging.task", "imports bertexp.tasks.tagging.task"),
     ("from bertexp import tasks", "imports from bertexp"),
     ("ok = isinstance(model, SpanModel)", "names SpanModel"),
     ("ok = isinstance(task, squad.QuestionAnsweringTask)",
@@ -100,7 +100,7 @@ def test_every_shared_room_exists():
 
 def test_prepare_subcommands_are_the_ones_the_tasks_declare(capsys):
   """`bertexp prepare <kind>` lists exactly the commands of
-  bertexp/tasks/*_prepare.py, and the command line holds no branch per
+  bertexp/tasks/<task>/prepare.py, and the command line holds no branch per
   kind: a new task's data command is one module in tasks/."""
   from bertexp import cli
   from bertexp.tasks import prepare_command

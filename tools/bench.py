@@ -280,7 +280,7 @@ def _pretraining_corpus(path, megabytes):
 
 def bench_pretraining(vocab_file, megabytes):
   sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
-  from bertexp.data import pretraining
+  from bertexp.tasks.pretraining import data as pretraining
   options = pretraining.Options(vocab_file=vocab_file, max_seq_length=128,
                                 max_predictions_per_seq=20, dupe_factor=1,
                                 do_whole_word_mask=True)
@@ -310,11 +310,11 @@ def bench_pretraining(vocab_file, megabytes):
 def bench_squad(vocab_file, dev_file):
   """Full dev-v1.1: windowing (384/128/64) and post-processing + scoring of
   given logits (random here: the work does not depend on their values)."""
-  from bertexp.data import squad
+  from bertexp.tasks.squad import data as squad
   from bertexp.data import tokenization
-  from bertexp.tasks import squad_answers
-  from bertexp.data import squad_json
-  from bertexp.tasks import squad_scoring
+  from bertexp.tasks.squad import answers as squad_answers
+  from bertexp.tasks.squad import squad_json
+  from bertexp.tasks.squad import scoring as squad_scoring
   start = time.perf_counter()
   examples, _ = squad.read_examples(dev_file, is_training=False,
                                     version_2_with_negative=False)

@@ -42,7 +42,7 @@ import tf_keras  # noqa: E402
 from bertexp.checkpoints import run_dir  # noqa: E402
 from bertexp.data import pipeline  # noqa: E402
 from bertexp.model import modeling  # noqa: E402
-from bertexp.tasks import classification  # noqa: E402
+from bertexp.tasks.classification import task as classification  # noqa: E402
 from bertexp.train import optimization  # noqa: E402
 from bertexp.train import strategy as strategy_lib  # noqa: E402
 from bertexp.train import trainer as trainer_lib  # noqa: E402

@@ -45,7 +45,7 @@ def _config(args):
 def classification_task(folder, config, seq_length):
   """A 2-label ClassificationTask on a BERT config dict, with only what the
   trainer needs (config and meta data files in `folder`, no records)."""
-  from bertexp.tasks import classification
+  from bertexp.tasks.classification import task as classification
   with open(f"{folder}/bert_config.json", "w") as f:
     json.dump(config, f)
   with open(f"{folder}/meta.json", "w") as f:

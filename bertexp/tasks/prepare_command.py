@@ -1,9 +1,9 @@
 """`bertexp prepare <kind>`: the subcommands a task declares for its data.
 
-A task's package module `bertexp/tasks/<task>_prepare.py` defines
-`COMMANDS`, a tuple of PrepareCommand; the command line finds those modules
-by their name (nothing registers itself on import) and adds one `prepare`
-subcommand per command. These modules import nothing heavy at the top, so
+A task's folder `bertexp/tasks/<task>/` holds a module `prepare.py` that
+defines `COMMANDS`, a tuple of PrepareCommand; the command line finds those
+modules by their place (nothing registers itself on import) and adds one
+`prepare` subcommand per command. These modules import nothing heavy at the top, so
 `bertexp --help` stays fast: a command's `run` imports what it needs.
 
     COMMANDS = (PrepareCommand(
@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-MODULE_SUFFIX = "_prepare"
+PREPARE_MODULE = "prepare"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,21 +67,24 @@ def text_options(args) -> Dict[str, Any]:
 
 
 def discover():
-  """Every PrepareCommand of the modules bertexp/tasks/*_prepare.py, in
-  module-name order.
+  """Every PrepareCommand of the modules bertexp/tasks/<task>/prepare.py, in
+  task-folder order.
 
   Raises:
     ValueError: two commands share a name.
   """
   import importlib
+  import importlib.util
   import pkgutil
   from bertexp import tasks
   found = {}
   for info in sorted(pkgutil.iter_modules(tasks.__path__),
                      key=lambda info: info.name):
-    if not info.name.endswith(MODULE_SUFFIX):
+    if not info.ispkg or importlib.util.find_spec(
+        f"{tasks.__name__}.{info.name}.{PREPARE_MODULE}") is None:
       continue
-    module = importlib.import_module(f"{tasks.__name__}.{info.name}")
+    module = importlib.import_module(
+        f"{tasks.__name__}.{info.name}.{PREPARE_MODULE}")
     for command in module.COMMANDS:
       if command.name in found:
         raise ValueError(f"prepare {command.name}: declared by "

@@ -9,7 +9,7 @@ for question answering. Classification also returns `label` (its name).
 graph (the same ids and truncation as `bertexp prepare`): for classification
 and regression `text` or `text_a` + `text_b` [B] -> the outputs above; for
 question answering `question` + `context` [B] -> answer [B] text, score
-(start + end logit), context_truncated (see bertexp.tasks.squad_serving). Loading
+(start + end logit), context_truncated (see bertexp.tasks.squad.serving). Loading
 it needs `import tensorflow_text` (for the tokenizer op), not bertexp.
 """
 import logging

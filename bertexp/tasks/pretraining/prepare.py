@@ -1,5 +1,5 @@
 """`bertexp prepare pretraining`: raw text -> masked-LM / next-sentence
-records (see bertexp.data.pretraining)."""
+records (see bertexp.tasks.pretraining.data)."""
 from bertexp.tasks import prepare_command
 
 
@@ -29,7 +29,7 @@ def _arguments(parser):
 
 
 def _run(args):
-  from bertexp.data import pretraining
+  from bertexp.tasks.pretraining import data as pretraining
   options = pretraining.Options(
       vocab_file=args.vocab_file, max_seq_length=args.max_seq_length,
       max_predictions_per_seq=args.max_predictions_per_seq,

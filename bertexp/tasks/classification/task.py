@@ -16,7 +16,7 @@ from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import text_serving
-from bertexp.tasks import glue_metrics
+from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.util import fileio
 
 # GLUE submission file names (the benchmark's upload layout).

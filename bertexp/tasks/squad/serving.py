@@ -17,7 +17,7 @@ import tensorflow_text as tf_text
 
 from bertexp.data import tokenization
 
-# run_squad's whitespace: what bertexp.data.squad.split_context splits on.
+# run_squad's whitespace: what bertexp.tasks.squad.data.split_context splits on.
 _WHITESPACE = r"[ \t\r\n\x{202f}]+"
 
 

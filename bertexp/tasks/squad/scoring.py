@@ -16,7 +16,7 @@ import re
 import string
 import sys
 
-from bertexp.data.squad_json import load_json
+from bertexp.tasks.squad.squad_json import load_json
 
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)

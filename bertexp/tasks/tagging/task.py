@@ -1,11 +1,11 @@
 """Token tagging: named entities (BIO / BIOES) and plain tags (POS).
 
-Reads `bertexp prepare tagging` output (see bertexp.data.tagging): windows of
+Reads `bertexp prepare tagging` output (see bertexp.tasks.tagging.data): windows of
 word pieces, the word's label at its first piece. The loss is the mean
 cross-entropy over the labelled pieces of the global batch (the trainer
 divides by their count over all replicas). Evaluation merges the windows
 back per sentence, so every word is scored once, and scores entities with
-seqeval (bertexp.tasks.tagging_metrics).
+seqeval (bertexp.tasks.tagging.metrics).
 
 Shape legend: B windows in a batch, S max_seq_length, L labels.
 """
@@ -18,13 +18,13 @@ import tf_keras
 
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import tagging as tagging_data
+from bertexp.tasks.tagging import data as tagging_data
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks import base
-from bertexp.tasks import tagging_metrics
-from bertexp.tasks import tagging_serving
+from bertexp.tasks.tagging import metrics as tagging_metrics
+from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.util import fileio
 
 _PER_TOKEN = ("label_ids", "piece_label_ids", "word_index")
@@ -324,7 +324,7 @@ class TaggingTask(base.Task):
 
   def text_serving(self, model):
     """`serve_text`: raw text -> words with tags and offsets, and entities
-    (see bertexp.tasks.tagging_serving); None when the vocab is missing."""
+    (see bertexp.tasks.tagging.serving); None when the vocab is missing."""
     vocab = base.serving_vocab(self.meta, self.meta_data_path)
     if vocab is None:
       return None

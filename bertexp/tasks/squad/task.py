@@ -2,7 +2,7 @@
 
 Training reads `bertexp prepare squad` TFRecords. Evaluation and prediction
 read the dev/test JSON itself (`PREDICT_FILE`), windowed in memory the same
-way, and score with the official rules (bertexp.tasks.squad_scoring).
+way, and score with the official rules (bertexp.tasks.squad.scoring).
 """
 import logging
 
@@ -13,17 +13,17 @@ import tf_keras
 
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import squad as squad_data
-from bertexp.data import squad_json
+from bertexp.tasks.squad import data as squad_data
+from bertexp.tasks.squad import squad_json
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.tasks import base
-from bertexp.tasks import squad_answers
-from bertexp.tasks import squad_scoring
-from bertexp.tasks import squad_serving
+from bertexp.tasks.squad import answers as squad_answers
+from bertexp.tasks.squad import scoring as squad_scoring
+from bertexp.tasks.squad import serving as squad_serving
 from bertexp.util import fileio
 
 
@@ -185,7 +185,7 @@ class QuestionAnsweringTask(base.Task):
 
   def text_serving(self, model):
     """`serve_text`: (question, context) -> answer, in the graph (see
-    bertexp.tasks.squad_serving)."""
+    bertexp.tasks.squad.serving)."""
     return squad_serving.SpanServing(model, {
         "vocab_file": self.vocab_file,
         "do_lower_case": self.meta.get("do_lower_case", True),

@@ -4,7 +4,7 @@ encoder; a dense layer scores each pair's pooled output and a softmax over
 the N scores picks the ending (Devlin et al.'s SWAG setup, Hugging Face's
 BertForMultipleChoice).
 
-Everything about the task is here and in `multiple_choice_prepare.py`
+Everything about the task is in this folder: here and `prepare.py`
 (`bertexp prepare multiple_choice`); `gin/tasks/multiple_choice.gin` brings
 it in with its own `import` line.
 

@@ -38,7 +38,7 @@ from bertexp.data.prepare import UNLABELLED
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
-from bertexp.tasks import teacher_targets
+from bertexp.tasks.distillation import teacher_targets
 from bertexp.util import fileio
 
 STUDENT_INITS = ("teacher_layers", "checkpoint", "random")
@@ -304,7 +304,7 @@ class DistillationTask(base.Task):
       the pair nearest the ratio; the log says which.
     teacher_targets: a folder for the teacher's outputs computed once:
       `--mode=distill_targets` writes them there (see
-      bertexp.tasks.teacher_targets), and training then reads them instead
+      bertexp.tasks.distillation.teacher_targets), and training then reads them instead
       of calling the teacher in every step (the distill term; the hidden
       and attention terms need the teacher's layers, so their weights must
       be 0). Classification and regression students.
@@ -547,7 +547,7 @@ class DistillationTask(base.Task):
 
   def write_teacher_targets(self, model):
     """--mode=distill_targets: the teacher's outputs for every training
-    record, into `teacher_targets` (see bertexp.tasks.teacher_targets).
+    record, into `teacher_targets` (see bertexp.tasks.distillation.teacher_targets).
 
     Args:
       model: the DistillationModel this task built (its teacher).

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Dict, List
 
-from bertexp.data import squad_json
+from bertexp.tasks.squad import squad_json
 from bertexp.util import fileio
 
 

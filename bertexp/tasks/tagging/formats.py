@@ -24,7 +24,7 @@ import re
 from typing import List, Optional
 
 from bertexp.data import readers
-from bertexp.data import tag_schemes
+from bertexp.tasks.tagging import schemes as tag_schemes
 from bertexp.data import tokenization
 from bertexp.util import fileio
 

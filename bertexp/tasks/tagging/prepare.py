@@ -1,6 +1,6 @@
 """`bertexp prepare tagging`: tagged tokens (NER, POS) in CoNLL, CoNLL-U,
 JSONL or People's Daily -> word-piece windows as TFRecords + meta data (see
-bertexp.data.tagging)."""
+bertexp.tasks.tagging.data)."""
 from bertexp.tasks import prepare_command
 
 
@@ -31,7 +31,7 @@ def _arguments(parser):
 
 
 def _run(args):
-  from bertexp.data import tagging
+  from bertexp.tasks.tagging import data as tagging
   files = [("train", args.train_file)] + [
       (name, path) for name, path in (("eval", args.eval_file),
                                       ("test", args.test_file)) if path]

@@ -1,5 +1,5 @@
 """`bertexp prepare squad`: a SQuAD v1.1 / v2.0 JSON file -> windows as
-TFRecords + meta data (see bertexp.data.squad)."""
+TFRecords + meta data (see bertexp.tasks.squad.data)."""
 from bertexp.tasks import prepare_command
 
 
@@ -16,7 +16,7 @@ def _arguments(parser):
 
 
 def _run(args):
-  from bertexp.data import squad
+  from bertexp.tasks.squad import data as squad
   options = prepare_command.text_options(args)
   del options["max_position_embeddings"]   # not checked for SQuAD files
   meta = squad.prepare_squad(

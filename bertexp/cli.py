@@ -58,9 +58,10 @@ def cmd_convert(args):
   """`bertexp convert-checkpoint`: into bertexp's format, or out to Hugging Face."""
   if args.target == "huggingface":
     from bertexp.checkpoints import to_huggingface
-    to_huggingface.export_huggingface(args.input, args.output,
-                                 bert_config_file=args.bert_config_file,
-                                 vocab_file=args.vocab_file)
+    from bertexp.tasks import catalog
+    to_huggingface.export_huggingface(
+        args.input, args.output, bert_config_file=args.bert_config_file,
+        vocab_file=args.vocab_file, heads=catalog.huggingface_heads())
     return
   from bertexp.checkpoints import converters
   convert = {"huggingface": converters.convert_huggingface,

@@ -12,8 +12,8 @@ import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import prepare
-from bertexp.tasks.classification import task as classification
 from bertexp.tasks.classification import metrics as glue_metrics
+from bertexp.tasks.classification import task as classification
 from bertexp.train import trainer
 from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf

@@ -9,12 +9,12 @@ import gin
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from bertexp.tasks.pretraining import data as pretraining
 from bertexp.data import readers
-from bertexp.tasks.squad import data as squad
 from bertexp.data import tokenization
 from bertexp.gin_setup import parse_gin
 from bertexp.model import modeling
+from bertexp.tasks.pretraining import data as pretraining
+from bertexp.tasks.squad import data as squad
 from bertexp.tasks.squad import scoring as squad_scoring
 from conftest import REPO
 

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from bertexp import cli
 from bertexp.checkpoints import run_dir
@@ -135,3 +136,40 @@ def test_tagger_head_is_token_classification_with_tag_names(
                                 model.tagger.kernel.numpy().T)
   np.testing.assert_array_equal(tensors["classifier.bias"],
                                 model.tagger.bias.numpy())
+
+
+def test_multiple_choice_head_goes_out_through_the_task_declaration(
+    tmp_path, tiny_config, tiny_vocab):
+  """The multiple-choice task declares its head in its own folder; the
+  exporter, which names no task, writes BertForMultipleChoice's
+  `classifier` [1, H] from the task's `scorer`."""
+  from bertexp.tasks.multiple_choice import task as multiple_choice
+  config = modeling.BertConfig.from_json_file(tiny_config)
+  model = multiple_choice.MultipleChoiceModel(
+      modeling.BertEncoder(config), num_choices=3, seq_length=16
+  ).build_variables()
+  prefix = _training_checkpoint(model, tmp_path)
+  tensors, hf_config = _export(prefix, tmp_path / "hf",
+                               f"--bert_config_file={tiny_config}",
+                               f"--vocab_file={tiny_vocab}")
+  assert hf_config["architectures"] == ["BertForMultipleChoice"]
+  assert "num_labels" not in hf_config
+  np.testing.assert_array_equal(tensors["classifier.weight"],
+                                model.scorer.kernel.numpy().T)
+  assert tensors["classifier.weight"].shape == (1, TINY_CONFIG["hidden_size"])
+
+
+def test_a_checkpoint_with_two_declared_heads_is_refused(tmp_path, tiny_config,
+                                                         tiny_vocab, capsys):
+  config = modeling.BertConfig.from_json_file(tiny_config)
+  model = modeling.ClassifierModel(modeling.BertEncoder(config), 2
+                                   ).build_variables()
+  model.tagger = tf_keras.layers.Dense(3)       # a tagging head beside it
+  model.tagger.build((None, TINY_CONFIG["hidden_size"]))
+  prefix = _training_checkpoint(model, tmp_path)
+  assert cli.main(["convert-checkpoint", "--to=huggingface",
+                   f"--input={prefix}", f"--output={tmp_path / 'hf'}",
+                   f"--bert_config_file={tiny_config}",
+                   f"--vocab_file={tiny_vocab}"]) == 2
+  assert "heads of 2 tasks (classifier, tagger)" in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "hf")

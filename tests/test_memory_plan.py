@@ -11,6 +11,7 @@ from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks.pretraining import task as pretraining
 from bertexp.tasks.squad import task as squad
+from bertexp.tasks.tagging import task as tagging
 from bertexp.train import strategy
 from conftest import TINY_CONFIG
 from conftest import prepare_tiny_sst2_run
@@ -24,19 +25,25 @@ def _size(model):
   return sum(int(np.prod(v.shape)) for v in model.variables)
 
 
-@pytest.mark.parametrize("head", ["classifier", "span", "masked_lm"])
+@pytest.mark.parametrize("head", ["classifier", "span", "tagging",
+                                  "masked_lm"])
 def test_plan_counts_the_parameters_of_the_real_models(head):
+  """Each task's declared memory-plan head counts its real model's
+  parameters."""
   config = modeling.BertConfig(**TINY_CONFIG)
   encoder = modeling.BertEncoder(config)
   if head == "classifier":
     model = modeling.ClassifierModel(encoder, 3).build_variables()
-    planned = memory_plan.Head.classifier(config, 3)
+    planned = memory_plan.Head.pooled_dense(config, 3)
   elif head == "span":
     model = squad.SpanModel(encoder).build_variables()
-    planned = memory_plan.Head.span(config, 16)
+    planned = memory_plan.Head.token_dense(config, 16, 2)
+  elif head == "tagging":
+    model = tagging.TaggingModel(encoder, 7, 0.1).build_variables()
+    planned = memory_plan.Head.token_dense(config, 16, 7)
   else:
     model = pretraining.PretrainingModel(encoder).build_variables(5)
-    planned = memory_plan.Head.masked_lm(config, 5)
+    planned = pretraining.masked_lm_head(config, 5)
   plan = memory_plan.estimate(config, seq_length=16, micro_batch=2,
                               head=planned)
   assert plan.parameters == _size(model)
@@ -44,7 +51,7 @@ def test_plan_counts_the_parameters_of_the_real_models(head):
 
 
 def test_recompute_and_accumulation_shrink_the_plan():
-  head = memory_plan.Head.span(BERT_LARGE, 384)
+  head = memory_plan.Head.token_dense(BERT_LARGE, 384, 2)
   plain = memory_plan.estimate(BERT_LARGE, seq_length=384, micro_batch=32,
                                head=head)
   recomputed = memory_plan.estimate(BERT_LARGE, seq_length=384, micro_batch=32,
@@ -65,7 +72,7 @@ def test_the_16gb_squad_file_fits_where_the_plan_says_plain_k_would_need_8():
   """BERT-Large, SQuAD seq 384, batch 32 on a 16 GB GPU in float32: the plan
   needs accumulation 8 without recompute, 1 with; the shipped file takes
   recompute + 2, which fits with headroom."""
-  head = memory_plan.Head.span(BERT_LARGE, 384)
+  head = memory_plan.Head.token_dense(BERT_LARGE, 384, 2)
   device = 16 * memory_plan.GB
   assert memory_plan.smallest_fitting(
       BERT_LARGE, seq_length=384, batch_per_replica=32, head=head,

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp.tasks.pretraining import data as pretraining
 from bertexp.data import vocab as vocab_lib
+from bertexp.tasks.pretraining import data as pretraining
 
 WORDS = ["the", "movie", "film", "plot", "actor", "story", "music", "scene",
          "good", "bad", "great", "dull", "fun", "long", "short", "runs",

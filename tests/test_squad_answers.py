@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from bertexp.tasks.squad import data as squad
 from bertexp.tasks.squad import answers as sa
+from bertexp.tasks.squad import data as squad
 
 
 @pytest.mark.parametrize("predicted,original,expected", [

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from bertexp.tasks.squad import data as squad
 from bertexp.data import tokenization
+from bertexp.tasks.squad import data as squad
 from conftest import MINILM_HF, REPO, requires_minilm
 
 DEV = os.path.join(REPO, ".cache", "squad", "dev-v1.1.json")

@@ -18,9 +18,9 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.tasks.tagging import data as tagging_data
 from bertexp.tasks.tagging import formats as tagging_formats
-from bertexp.tasks.tagging import task as tagging_task
 from bertexp.tasks.tagging import metrics as tagging_metrics
 from bertexp.tasks.tagging import serving as tagging_serving
+from bertexp.tasks.tagging import task as tagging_task
 from conftest import TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 

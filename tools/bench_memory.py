@@ -75,7 +75,7 @@ def compare(configs, steps):
       result = probe(name, seq, BATCH[seq], recompute, steps)
       plan = memory_plan.estimate(
           config, seq_length=seq, micro_batch=BATCH[seq],
-          head=memory_plan.Head.classifier(config, 2), recompute=recompute,
+          head=memory_plan.Head.pooled_dense(config, 2), recompute=recompute,
           runtime_bytes=result["runtime"])
       measured[recompute] = result
       ratio = plan.total_bytes / result["peak"]
@@ -104,7 +104,7 @@ def capacity_table():
       cells = []
       for gb, mixed in ((12, False), (16, False), (32, False), (16, True)):
         sizes = [memory_plan.largest_micro_batch(
-            config, seq_length=seq, head=memory_plan.Head.classifier(config, 2),
+            config, seq_length=seq, head=memory_plan.Head.pooled_dense(config, 2),
             device_bytes=gb * memory_plan.GB,
             recompute=recompute, mixed_precision=mixed)
                  for recompute in (False, True)]

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from bertexp.data import tokenization
 from bertexp.checkpoints import run_dir
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model.encoders import bert
 from bertexp.util import fileio

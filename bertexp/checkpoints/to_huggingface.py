@@ -3,13 +3,12 @@
 Writes what transformers' `from_pretrained` reads: config.json,
 model.safetensors (PyTorch layout: Linear weights [out, in]), vocab.txt,
 tokenizer_config.json and special_tokens_map.json. The model class follows
-the checkpoint's head:
-
-  classifier [H, L]  -> BertForSequenceClassification (num_labels L; L == 1
-                        is regression, problem_type "regression")
-  span_head [H, 2]   -> BertForQuestionAnswering (qa_outputs)
-  tagger [H, L]      -> BertForTokenClassification (id2label: the tags)
-  encoder only       -> BertModel
+the checkpoint's head, as the task that trains that head declares it (a
+HeadMapping in its task module, gathered by the command line): e.g. the
+classification task's `classifier` [H, L] -> BertForSequenceClassification
+(L == 1: problem_type "regression"), SQuAD's `span_head` ->
+BertForQuestionAnswering's `qa_outputs`; a checkpoint with no declared head
+-> BertModel.
 
 The input is a training run's MODEL_DIR (its newest intact checkpoint), a
 checkpoint prefix, or a bertexp encoder folder. bert_config.json, the
@@ -17,8 +16,10 @@ vocabulary and the label names come from the run's config.gin
 (BERT_CONFIG_FILE, INPUT_META_DATA_PATH) or from files beside the
 checkpoint, unless given.
 """
+import dataclasses
 import json
 import re
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -89,23 +90,51 @@ def hf_tensors(reader, prefix):
   return tensors
 
 
-def _head(reader):
-  """("classifier" | "span" | "token" | None, {HF name: array}) of a training
-  checkpoint's fine-tuning head."""
+@dataclasses.dataclass(frozen=True)
+class HeadMapping:
+  """How a task's fine-tuning head goes to transformers: one dense layer.
+
+  Attributes:
+    layer: the head layer's attribute on the task's model, which names its
+      variables in a training checkpoint (`model/<layer>/kernel`).
+    hf_module: transformers' module for it ("classifier", "qa_outputs").
+    architecture: the transformers class after the family's prefix
+      ("ForSequenceClassification" -> BertForSequenceClassification).
+    labels: what config.json says of the layer's outputs: "none", "names"
+      (num_labels and id2label from the run's label names) or
+      "names_or_regression" (as "names"; one output is problem_type
+      "regression").
+  """
+  layer: str
+  hf_module: str
+  architecture: str
+  labels: str = "none"
+
+
+def _head(reader, heads):
+  """(the HeadMapping found or None, {HF name: array}) of a training
+  checkpoint's fine-tuning head.
+
+  Raises:
+    ValueError: the checkpoint holds more than one declared head.
+  """
   shapes = reader.get_variable_to_shape_map()
-  for ours, kind, hf in (("classifier", "classifier", "classifier"),
-                         ("span_head", "span", "qa_outputs"),
-                         ("tagger", "token", "classifier")):
-    if f"model/{ours}/kernel{_SUFFIX}" in shapes:
-      kernel = reader.get_tensor(f"model/{ours}/kernel{_SUFFIX}")
-      bias = reader.get_tensor(f"model/{ours}/bias{_SUFFIX}")
-      return kind, {f"{hf}.weight": kernel.T.astype(np.float32),
-                    f"{hf}.bias": bias.astype(np.float32)}
-  return None, {}
+  found = [h for h in heads if f"model/{h.layer}/kernel{_SUFFIX}" in shapes]
+  if len(found) > 1:
+    raise ValueError(f"checkpoint holds the heads of {len(found)} tasks "
+                     f"({', '.join(h.layer for h in found)}): expected one")
+  if not found:
+    return None, {}
+  head = found[0]
+  kernel = reader.get_tensor(f"model/{head.layer}/kernel{_SUFFIX}")
+  bias = reader.get_tensor(f"model/{head.layer}/bias{_SUFFIX}")
+  return head, {f"{head.hf_module}.weight": kernel.T.astype(np.float32),
+                f"{head.hf_module}.bias": bias.astype(np.float32)}
 
 
-def hf_config(config, kind, num_labels=None, label_names=None):
-  """config.json of transformers' BERT for `kind` of head."""
+def hf_config(config, head=None, num_labels=None, label_names=None):
+  """config.json of transformers' BERT with `head` (a HeadMapping; None:
+  the encoder alone)."""
   act = {"gelu_tanh": "gelu_new", "swish": "silu"}.get(config.hidden_act,
                                                         config.hidden_act)
   values = {
@@ -121,13 +150,10 @@ def hf_config(config, kind, num_labels=None, label_names=None):
       "initializer_range": config.initializer_range,
       "layer_norm_eps": config.layer_norm_eps, "pad_token_id": 0,
       "position_embedding_type": "absolute",
-      "architectures": [{"classifier": "BertForSequenceClassification",
-                         "span": "BertForQuestionAnswering",
-                         "token": "BertForTokenClassification"}.get(
-                             kind, "BertModel")]}
-  if kind in ("classifier", "token"):
+      "architectures": ["Bert" + (head.architecture if head else "Model")]}
+  if head and head.labels != "none":
     values["num_labels"] = num_labels
-    if num_labels == 1 and kind == "classifier":
+    if num_labels == 1 and head.labels == "names_or_regression":
       values["problem_type"] = "regression"
     else:
       names = list(label_names or [str(i) for i in range(num_labels)])
@@ -170,8 +196,22 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
 
 
 def export_huggingface(input_path, output_dir, bert_config_file=None,
-                       vocab_file=None):
-  """Writes a Hugging Face model folder; returns (architecture, tensors)."""
+                       vocab_file=None, heads: Sequence[HeadMapping] = ()):
+  """Writes a Hugging Face model folder.
+
+  Args:
+    input_path: a MODEL_DIR, a checkpoint prefix or an encoder folder.
+    output_dir: the folder to write (whole or not at all).
+    bert_config_file, vocab_file: override what the run's config.gin says.
+    heads: the HeadMappings the tasks declare; the checkpoint's head is
+      the one whose layer it holds.
+  Returns:
+    (the transformers architecture, {HF name: array}).
+  Raises:
+    FileNotFoundError: no config, vocabulary or checkpoint.
+    ValueError: no encoder in the checkpoint, or a layer count other than
+      the config's.
+  """
   from safetensors.numpy import save as save_safetensors
   checkpoint, run_folder = _checkpoint_prefix(input_path)
   bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
@@ -183,17 +223,19 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
             else "encoder/")
   if not any(k.startswith(prefix) for k in shapes):
     raise ValueError(f"{checkpoint}: holds no bertexp encoder")
-  kind, head = _head(reader)
+  head_mapping, head = _head(reader, heads)
   encoder = hf_tensors(reader, prefix)
   if len([k for k in encoder if k.endswith("attention.self.query.weight")]) != (
       config.num_hidden_layers):
     raise ValueError(f"{checkpoint}: its layer count does not match "
                      f"{bert_config_file}")
-  tensors = ({f"bert.{k}": v for k, v in encoder.items()} if kind else encoder)
+  tensors = ({f"bert.{k}": v for k, v in encoder.items()} if head_mapping
+             else encoder)
   tensors.update(head)
-  num_labels = (head["classifier.bias"].shape[0]
-                if kind in ("classifier", "token") else None)
-  values = hf_config(config, kind, num_labels, meta and meta.get("label_names"))
+  num_labels = (head[f"{head_mapping.hf_module}.bias"].shape[0]
+                if head_mapping else None)
+  values = hf_config(config, head_mapping, num_labels,
+                     meta and meta.get("label_names"))
   with fileio.atomic_folder(output_dir) as tmp:
     fileio.write_text(fileio.join(tmp, "config.json"),
                       json.dumps(values, indent=2, sort_keys=True) + "\n")

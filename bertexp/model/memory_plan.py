@@ -1,7 +1,7 @@
 """How much device memory a training run needs, before running it.
 
     plan = memory_plan.estimate(config, seq_length=512, micro_batch=4,
-                                head=memory_plan.Head.classifier(config, 2))
+                                head=memory_plan.Head.pooled_dense(config, 2))
     plan.total_bytes, plan.rows()
 
 Per replica, in bytes (P parameters, b micro-batch, S sequence length, H
@@ -60,21 +60,18 @@ class Head:
   last_block_positions: Optional[int] = None
 
   @classmethod
-  def classifier(cls, config, num_labels):
-    return cls(config.hidden_size * num_labels + num_labels,
+  def pooled_dense(cls, config, outputs):
+    """A dense layer of `outputs` units on the pooled [CLS] output (a
+    sequence classifier): the last block computes one position."""
+    return cls(config.hidden_size * outputs + outputs,
                3 * config.hidden_size, last_block_positions=1)
 
   @classmethod
-  def span(cls, config, seq_length):
-    return cls(2 * config.hidden_size + 2, 6 * seq_length)
-
-  @classmethod
-  def masked_lm(cls, config, max_predictions):
-    h, v = config.hidden_size, config.vocab_size
-    # transform + LayerNorm + output bias + next-sentence head; logits,
-    # their softmax and its gradient over the vocabulary per prediction.
-    return cls(h * h + h + 2 * h + v + 2 * h + 2,
-               max_predictions * (3 * v + 4 * h))
+  def token_dense(cls, config, seq_length, outputs):
+    """A dense layer of `outputs` units on every position (span ends,
+    tags): logits, their softmax and its gradient per position."""
+    return cls(config.hidden_size * outputs + outputs,
+               3 * seq_length * outputs)
 
 
 def encoder_parameters(config):

@@ -73,21 +73,12 @@ def discover():
   Raises:
     ValueError: two commands share a name.
   """
-  import importlib
-  import importlib.util
-  import pkgutil
-  from bertexp import tasks
+  from bertexp.tasks import catalog
   found = {}
-  for info in sorted(pkgutil.iter_modules(tasks.__path__),
-                     key=lambda info: info.name):
-    if not info.ispkg or importlib.util.find_spec(
-        f"{tasks.__name__}.{info.name}.{PREPARE_MODULE}") is None:
-      continue
-    module = importlib.import_module(
-        f"{tasks.__name__}.{info.name}.{PREPARE_MODULE}")
+  for folder, module in catalog.modules_named(PREPARE_MODULE):
     for command in module.COMMANDS:
       if command.name in found:
         raise ValueError(f"prepare {command.name}: declared by "
-                         f"{found[command.name][0]} and {info.name}")
-      found[command.name] = (info.name, command)
+                         f"{found[command.name][0]} and {folder}")
+      found[command.name] = (folder, command)
   return [command for _, command in found.values()]

@@ -28,8 +28,8 @@ import time
 
 import tensorflow as tf
 
-from bertexp.serving.exporting import versions as versions_lib
 from bertexp.serving.benchmarks.timing import latency, token_ids
+from bertexp.serving.exporting import versions as versions_lib
 from bertexp.util import fileio, machine
 
 NAMES = ("input_word_ids", "input_mask", "input_type_ids")

@@ -11,8 +11,8 @@ import threading
 
 import tensorflow as tf
 
-from bertexp.serving.server import servable as servable_lib
 from bertexp.serving.exporting import versions as versions_lib
+from bertexp.serving.server import servable as servable_lib
 from bertexp.serving.server.batching import BatchScheduler
 from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio

@@ -9,8 +9,8 @@ Shape legend: B batch (rows of a request), S sequence length.
 import numpy as np
 import tensorflow as tf
 
-from bertexp.serving.server import servable as servable_lib
 from bertexp.serving.exporting import onnx_export
+from bertexp.serving.server import servable as servable_lib
 from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio
 

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import prepare
@@ -77,6 +78,12 @@ def _class_weights(setting, meta, path):
     return weights
   raise ValueError(f"class_weights must be None, 'balanced' or {{label: "
                    f"weight}}, got {setting!r}")
+
+
+# modeling.ClassifierModel's `classifier` -> BertForSequenceClassification.
+HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
+    layer="classifier", hf_module="classifier",
+    architecture="ForSequenceClassification", labels="names_or_regression"),)
 
 
 @gin.configurable(module="bertexp")
@@ -181,7 +188,7 @@ class ClassificationTask(base.Task):
   def model_shape(self):
     config = encoders.read_config(self.bert_config_file)
     return (config, self.meta["max_seq_length"],
-            memory_plan.Head.classifier(config, self.num_labels))
+            memory_plan.Head.pooled_dense(config, self.num_labels))
 
   # -- data ----------------------------------------------------------------
   def split_path(self, split):

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import tokenization
@@ -26,6 +27,13 @@ from bertexp.tasks import base
 from bertexp.util import fileio
 
 _INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+# MultipleChoiceModel's `scorer` (one score per pooled pair) ->
+# BertForMultipleChoice's `classifier`.
+HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
+    layer="scorer", hf_module="classifier",
+    architecture="ForMultipleChoice"),)
 
 
 class MultipleChoiceModel(modeling.HeadModel):

@@ -93,6 +93,15 @@ def _nsp_terms(labels, outputs):
   return cross_entropy, correct
 
 
+def masked_lm_head(config, max_predictions):
+  """The memory plan's head of PretrainingModel: the transform, its
+  LayerNorm, the output bias and the next-sentence head; per prediction the
+  logits over the vocabulary, their softmax and its gradient."""
+  h, v = config.hidden_size, config.vocab_size
+  return memory_plan.Head(h * h + h + 2 * h + v + 2 * h + 2,
+                          max_predictions * (3 * v + 4 * h))
+
+
 @gin.configurable(module="bertexp")
 class PretrainingTask(base.Task):
   """MLM + NSP. train_data_path / eval_data_path: prepared TFRecords (globs,
@@ -119,7 +128,7 @@ class PretrainingTask(base.Task):
   def model_shape(self):
     config = encoders.read_config(self.bert_config_file)
     return (config, self.seq,
-            memory_plan.Head.masked_lm(config, self.predictions))
+            masked_lm_head(config, self.predictions))
 
   def build_model(self):
     config = encoders.read_config(self.bert_config_file)

@@ -11,10 +11,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.tasks.squad import data as squad_data
-from bertexp.tasks.squad import squad_json
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
@@ -22,9 +21,17 @@ from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks.squad import answers as squad_answers
+from bertexp.tasks.squad import data as squad_data
 from bertexp.tasks.squad import scoring as squad_scoring
 from bertexp.tasks.squad import serving as squad_serving
+from bertexp.tasks.squad import squad_json
 from bertexp.util import fileio
+
+
+# SpanModel's `span_head` -> BertForQuestionAnswering's `qa_outputs`.
+HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
+    layer="span_head", hf_module="qa_outputs",
+    architecture="ForQuestionAnswering"),)
 
 
 class SpanModel(modeling.HeadModel):
@@ -97,7 +104,7 @@ class QuestionAnsweringTask(base.Task):
   def model_shape(self):
     config = encoders.read_config(self.bert_config_file)
     seq = self.meta["max_seq_length"]
-    return config, seq, memory_plan.Head.span(config, seq)
+    return config, seq, memory_plan.Head.token_dense(config, seq, 2)
 
   def _eval_data(self):
     if self._eval is None:

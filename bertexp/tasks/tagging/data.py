@@ -25,10 +25,10 @@ import logging
 import numpy as np
 
 from bertexp.data import records
-from bertexp.tasks.tagging import schemes as tag_schemes
-from bertexp.tasks.tagging import formats as tagging_formats
 from bertexp.data import tokenization
 from bertexp.data import windows
+from bertexp.tasks.tagging import formats as tagging_formats
+from bertexp.tasks.tagging import schemes as tag_schemes
 from bertexp.util import fileio
 
 IGNORED = -1

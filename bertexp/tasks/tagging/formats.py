@@ -24,8 +24,8 @@ import re
 from typing import List, Optional
 
 from bertexp.data import readers
-from bertexp.tasks.tagging import schemes as tag_schemes
 from bertexp.data import tokenization
+from bertexp.tasks.tagging import schemes as tag_schemes
 from bertexp.util import fileio
 
 FORMATS = ("conll", "conllu", "jsonl", "peoples_daily")

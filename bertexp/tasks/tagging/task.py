@@ -16,18 +16,25 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.tasks.tagging import data as tagging_data
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.tasks.tagging import data as tagging_data
 from bertexp.tasks.tagging import metrics as tagging_metrics
 from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.util import fileio
 
 _PER_TOKEN = ("label_ids", "piece_label_ids", "word_index")
+
+
+# TaggingModel's `tagger` -> BertForTokenClassification (id2label: tags).
+HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
+    layer="tagger", hf_module="classifier",
+    architecture="ForTokenClassification", labels="names"),)
 
 
 class TaggingModel(modeling.HeadModel):
@@ -141,9 +148,8 @@ class TaggingTask(base.Task):
   def model_shape(self):
     config = encoders.read_config(self.bert_config_file)
     seq = self.meta["max_seq_length"]
-    labels = len(self.label_names)
-    return config, seq, memory_plan.Head(
-        config.hidden_size * labels + labels, 3 * seq * labels)
+    return config, seq, memory_plan.Head.token_dense(
+        config, seq, len(self.label_names))
 
   # -- data ----------------------------------------------------------------
   def _path(self, split):

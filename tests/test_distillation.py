@@ -39,6 +39,17 @@ def test_soft_cross_entropy_equals_hand_computed_kl_times_t_squared(
       0.0, atol=1e-6)
 
 
+def test_a_student_is_a_record_task_or_a_one_line_error(tmp_path):
+  """The student is used through bertexp.tasks.base.RecordTask (training
+  records, meta data, seed, shuffle window, config): a task without that
+  interface, a distillation among them, is refused before anything runs."""
+  not_records = distillation.DistillationTask.__new__(
+      distillation.DistillationTask)
+  with pytest.raises(ValueError, match=r"student: expected a task trained "
+                     r"from prepared records \(a bertexp.tasks.base.RecordTask"):
+    distillation.DistillationTask(student=not_records, teacher=str(tmp_path))
+
+
 def test_layer_maps_and_invalid_maps_name_both_depths():
   assert distillation.layer_pairs("uniform", 3, 6) == [(1, 2), (2, 4), (3, 6)]
   assert distillation.layer_pairs("last", 3, 6) == [(3, 6)]

@@ -5,6 +5,7 @@ the strategy scope. It never owns a train step: the trainer calls `loss`,
 `update_train_metrics`, `eval_outputs` and `finalize_eval`.
 """
 import abc
+import copy
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -334,3 +335,72 @@ class Task(abc.ABC):
   def selection_metric(self) -> str:
     """The metric that selects the best checkpoint and sweep configuration."""
     return "loss"
+
+
+class RecordTask(Task):
+  """A task trained from `bertexp prepare` TFRecords and their meta data:
+  what such tasks share, and the interface a distillation student is used
+  through (bertexp.DistillationTask takes any RecordTask as its student).
+
+  Attributes:
+    bert_config_file: the encoder's config file.
+    meta_data_path: the data's meta data file; `meta` its content, read and
+      checked by the subclass.
+    paths: {split: its record files (comma-separated, globs) or None};
+      "train" is the training data.
+    seed: the head's initialiser and the training data's order (SEED).
+    shuffle_buffer_size: the training shuffle window (0: file order).
+    dropout_rate: the head's dropout (None: the config's hidden dropout).
+  """
+
+  def __init__(self, *, bert_config_file: str, meta_data_path: str,
+               meta: Dict[str, Any], paths: Dict[str, Optional[str]],
+               seed: Optional[int] = None, shuffle_buffer_size: int = 10000,
+               dropout_rate: Optional[float] = None):
+    self.bert_config_file = bert_config_file
+    self.meta_data_path = meta_data_path
+    self.meta = meta
+    self.paths = dict(paths)
+    self.seed = seed
+    self.shuffle_buffer_size = shuffle_buffer_size
+    self.dropout_rate = dropout_rate
+
+  @property
+  def train_data_path(self) -> Optional[str]:
+    """The training records (comma-separated, globs), or None."""
+    return self.paths.get("train")
+
+  def with_train_data(self, path: str) -> "RecordTask":
+    """A copy of this task that trains on the records `path` (everything
+    else shared): e.g. a distillation student's labelled and unlabelled
+    records in one stream."""
+    task = copy.copy(self)
+    task.paths = dict(self.paths, train=path)
+    return task
+
+  def with_encoder_config(self, bert_config_file: str) -> "RecordTask":
+    """A copy of this task whose model is built from another encoder config
+    (a distillation teacher's), on the same data."""
+    task = copy.copy(self)
+    task.bert_config_file = bert_config_file
+    return task
+
+  def encoder_config(self):
+    """The encoder's config, checked against the meta data (see
+    `checked_bert_config`)."""
+    return checked_bert_config(self.bert_config_file, self.meta,
+                               self.meta_data_path)
+
+  def head_dropout(self, config) -> float:
+    """The head's dropout rate: dropout_rate, else the config's hidden
+    dropout."""
+    return (config.hidden_dropout_prob if self.dropout_rate is None
+            else self.dropout_rate)
+
+  def num_train_examples(self) -> int:
+    return int(self.meta.get("train_data_size", 0))
+
+  def input_files(self) -> Dict[str, Any]:
+    return {"vocab_file": self.meta.get("vocab_file"),
+            "data_files": [self.meta_data_path,
+                           *[p for p in self.paths.values() if p]]}

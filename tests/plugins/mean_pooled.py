@@ -51,24 +51,22 @@ class MeanPooledModel(tf_keras.Model):
 
 
 @gin.configurable(module="plugins")
-class MeanPooledClassificationTask(base.Task):
+class MeanPooledClassificationTask(base.RecordTask):
   """Classification with mean pooling (see the module docstring)."""
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
                meta_data_path=gin.REQUIRED, train_data_path=None,
                eval_data_path=None, test_data_path=None, seed=None):
-    self.bert_config_file = bert_config_file
-    self.meta_data_path = meta_data_path
-    self.meta = fileio.read_json(meta_data_path)
-    self.paths = {"train": train_data_path, "eval": eval_data_path,
-                  "test": test_data_path}
-    self.seed = seed
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=fileio.read_json(meta_data_path),
+        paths={"train": train_data_path, "eval": eval_data_path,
+               "test": test_data_path}, seed=seed, shuffle_buffer_size=0)
     self.labels = self.meta["label_names"]
 
   def build_model(self):
-    config = base.checked_bert_config(self.bert_config_file, self.meta,
-                                      self.meta_data_path)
-    model = MeanPooledModel(encoders.build_encoder(config), len(self.labels),
+    model = MeanPooledModel(encoders.build_encoder(self.encoder_config()),
+                            len(self.labels),
                             seed=self.seed, name="mean_pooled")
     model(modeling.dummy_inputs(), training=False)
     return model
@@ -79,7 +77,8 @@ class MeanPooledClassificationTask(base.Task):
         self.paths[split], seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        train_order=self.default_train_order(train_order), shuffle_buffer=0,
+        train_order=self.default_train_order(train_order),
+        shuffle_buffer=self.shuffle_buffer_size,
         num_examples=(None if split == "train" else
                       self.meta["split_sizes"][split]))
 

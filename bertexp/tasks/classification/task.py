@@ -87,7 +87,7 @@ HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
 
 
 @gin.configurable(module="bertexp")
-class ClassificationTask(base.Task):
+class ClassificationTask(base.RecordTask):
   """Classifier on the pooled output; regression when num_labels == 1.
 
   Data comes from `bertexp prepare`: `*_meta_data` says the number of labels,
@@ -119,19 +119,17 @@ class ClassificationTask(base.Task):
                dropout_rate=None, metric_names=None, class_weights=None,
                window_pooling="mean", fold=None, seed=None,
                shuffle_buffer_size=10000):
-    self.bert_config_file = bert_config_file
-    self.meta = _read_meta(meta_data_path)
-    self.meta_data_path = meta_data_path
-    self.train_data_path = train_data_path
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=_read_meta(meta_data_path), paths={"train": train_data_path},
+        seed=seed, shuffle_buffer_size=shuffle_buffer_size,
+        dropout_rate=dropout_rate)
     self.eval_paths = {}
     if eval_data_path:
       self.eval_paths["eval"] = eval_data_path
     self.eval_paths.update(extra_eval_data_paths or {})
     self.test_paths = {"test": test_data_path} if test_data_path else {}
     self.test_paths.update(extra_test_data_paths or {})
-    self.dropout_rate = dropout_rate
-    self.seed = seed
-    self.shuffle_buffer_size = shuffle_buffer_size
     self.num_labels = self.meta["num_labels"]
     self.is_regression = self.num_labels == 1
     default = (("spearman", "pearson") if self.is_regression else
@@ -168,7 +166,7 @@ class ClassificationTask(base.Task):
     folder = os.path.dirname(self.meta_data_path)
     path = lambda part: os.path.join(
         folder, f"{self.meta['task']}_fold{fold}_{part}.tf_record")
-    self.train_data_path = path("train")
+    self.paths["train"] = path("train")
     self.eval_paths = {"eval": path("eval")}
     self.test_paths = {"oof": path("eval")}
     self.split_names = {"train": f"fold{fold}_train",
@@ -176,12 +174,10 @@ class ClassificationTask(base.Task):
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
-    config = base.checked_bert_config(self.bert_config_file, self.meta,
-                                      self.meta_data_path)
-    dropout = (config.hidden_dropout_prob if self.dropout_rate is None
-               else self.dropout_rate)
+    config = self.encoder_config()
     encoder = encoders.build_encoder(config)
-    return modeling.ClassifierModel(encoder, self.num_labels, dropout,
+    return modeling.ClassifierModel(encoder, self.num_labels,
+                                    self.head_dropout(config),
                                     seed=self.seed,
                                     name="classifier_model").build_variables()
 

@@ -23,7 +23,6 @@ TinyBERT's two stages are two runs: the intermediate terms alone, then the
 distill term from the first run (student_init="checkpoint",
 INIT_CHECKPOINT = the first MODEL_DIR).
 """
-import copy
 import logging
 import re
 
@@ -275,8 +274,10 @@ class DistillationTask(base.Task):
 
   Args:
     student: the task whose data, labels, metrics and bert_config_file the
-      student uses (@bertexp.ClassificationTask() for classification or
-      regression, @bertexp.QuestionAnsweringTask() for SQuAD).
+      student uses: any task trained from prepared records
+      (bertexp.tasks.base.RecordTask, the interface the student is used
+      through), e.g. @bertexp.ClassificationTask() for classification or
+      regression, @bertexp.QuestionAnsweringTask() for SQuAD.
     teacher: the teacher run: MODEL_DIR (its best checkpoint when it has
       one, else its newest), a best_checkpoint/ folder or a ckpt-N prefix.
     teacher_bert_config_file: the teacher's bert_config.json; default: the
@@ -317,11 +318,11 @@ class DistillationTask(base.Task):
                layer_map="uniform", unlabelled_data_path=None,
                unlabelled_meta_data_path=None, unlabelled_ratio=None,
                teacher_targets=None):
-    if not isinstance(student, base.Task) or isinstance(student,
-                                                        DistillationTask):
+    if not isinstance(student, base.RecordTask):
       raise ValueError("bertexp.DistillationTask.student: expected a task "
-                       "such as @bertexp.ClassificationTask(), got "
-                       f"{student!r}")
+                       "trained from prepared records (a "
+                       "bertexp.tasks.base.RecordTask such as "
+                       f"@bertexp.ClassificationTask()), got {student!r}")
     if student_init not in STUDENT_INITS:
       raise ValueError(f"bertexp.DistillationTask.student_init "
                        f"{student_init!r}: expected one of {STUDENT_INITS}")
@@ -393,9 +394,8 @@ class DistillationTask(base.Task):
 
   def _build_teacher(self):
     """The teacher model with its run's weights, frozen."""
-    teacher_task = copy.copy(self.student)
-    teacher_task.bert_config_file = self.teacher_config_file
-    teacher = teacher_task.build_model()
+    teacher = self.student.with_encoder_config(
+        self.teacher_config_file).build_model()
     best = fileio.join(self.teacher, "best_checkpoint")
     source = best if tf.io.gfile.isdir(best) else self.teacher
     try:
@@ -587,9 +587,8 @@ class DistillationTask(base.Task):
       return self._targets_inputs(input_context, batch_size, train_order)
     student = self.student
     if split == "train" and self.unlabelled_data_path:
-      student = copy.copy(student)      # one stream over both files
-      student.train_data_path = ",".join(self.stream_files(
-          self.training_files()))
+      student = student.with_train_data(      # one stream over both files
+          ",".join(self.stream_files(self.training_files())))
     return student.build_inputs(split, input_context, batch_size, train_order)
 
   def default_train_order(self, train_order):

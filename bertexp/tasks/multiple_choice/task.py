@@ -118,7 +118,7 @@ def choose(predictor, context, choices):
 
 
 @gin.configurable(module="bertexp")
-class MultipleChoiceTask(base.Task):
+class MultipleChoiceTask(base.RecordTask):
   """A context and N endings, one correct (see the module docstring).
 
   Args:
@@ -137,25 +137,22 @@ class MultipleChoiceTask(base.Task):
                meta_data_path=gin.REQUIRED, train_data_path=None,
                eval_data_path=None, test_data_path=None, dropout_rate=None,
                seed=None, shuffle_buffer_size=10000):
-    self.bert_config_file = bert_config_file
-    self.meta_data_path = meta_data_path
-    self.meta = meta_data.read_meta_data(
-        meta_data_path, positive=("max_seq_length", "num_choices"))
-    self.paths = {"train": train_data_path, "eval": eval_data_path,
-                  "test": test_data_path}
-    self.dropout_rate, self.seed = dropout_rate, seed
-    self.shuffle_buffer_size = shuffle_buffer_size
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=meta_data.read_meta_data(
+            meta_data_path, positive=("max_seq_length", "num_choices")),
+        paths={"train": train_data_path, "eval": eval_data_path,
+               "test": test_data_path},
+        seed=seed, shuffle_buffer_size=shuffle_buffer_size,
+        dropout_rate=dropout_rate)
     self.num_choices = self.meta["num_choices"]
     self.seq_length = self.meta["max_seq_length"]
 
   def build_model(self):
-    config = base.checked_bert_config(self.bert_config_file, self.meta,
-                                      self.meta_data_path)
-    dropout = (config.hidden_dropout_prob if self.dropout_rate is None
-               else self.dropout_rate)
+    config = self.encoder_config()
     return MultipleChoiceModel(
         encoders.build_encoder(config), self.num_choices, self.seq_length,
-        dropout, seed=self.seed, name="multiple_choice_model").build_variables()
+        self.head_dropout(config), seed=self.seed, name="multiple_choice_model").build_variables()
 
   def model_shape(self):
     raise ValueError("the memory plan does not cover multiple choice (N "
@@ -251,7 +248,3 @@ class MultipleChoiceTask(base.Task):
   def predictor_methods(self):
     return {"choose": choose}
 
-  def input_files(self):
-    return {"vocab_file": self.meta.get("vocab_file"),
-            "data_files": [self.meta_data_path,
-                           *[p for p in self.paths.values() if p]]}

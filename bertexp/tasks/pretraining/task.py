@@ -103,23 +103,23 @@ def masked_lm_head(config, max_predictions):
 
 
 @gin.configurable(module="bertexp")
-class PretrainingTask(base.Task):
+class PretrainingTask(base.RecordTask):
   """MLM + NSP. train_data_path / eval_data_path: prepared TFRecords (globs,
   comma separated); meta_data_path: the `_meta_data` written with them."""
 
   def __init__(self, *, bert_config_file=gin.REQUIRED, meta_data_path=gin.REQUIRED,
                train_data_path=None, eval_data_path=None, seed=None,
                shuffle_buffer_size=10000, max_eval_examples=None):
-    self.bert_config_file = bert_config_file
-    self.meta_data_path = meta_data_path
-    self.meta = meta_data.read_meta_data(
+    meta = meta_data.read_meta_data(
         meta_data_path, positive=("max_seq_length", "max_predictions_per_seq"),
         counts=("train_data_size",))
-    if self.meta.get("task") != "pretraining":
+    if meta.get("task") != "pretraining":
       raise ValueError(f"{meta_data_path}: not pretraining data (task "
-                       f"{self.meta.get('task')!r})")
-    self.train_data_path, self.eval_data_path = train_data_path, eval_data_path
-    self.seed, self.shuffle_buffer_size = seed, shuffle_buffer_size
+                       f"{meta.get('task')!r})")
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=meta, paths={"train": train_data_path, "eval": eval_data_path},
+        seed=seed, shuffle_buffer_size=shuffle_buffer_size)
     self.max_eval_examples = max_eval_examples
     self.seq = self.meta["max_seq_length"]
     self.predictions = self.meta["max_predictions_per_seq"]
@@ -166,7 +166,7 @@ class PretrainingTask(base.Task):
 
   def build_inputs(self, split, input_context=None, batch_size=0,
                    train_order=None):
-    path = self.train_data_path if split == "train" else self.eval_data_path
+    path = self.paths.get(split)
     if not path:
       raise ValueError(f"pretraining {split} needs "
                        f"{'TRAIN' if split == 'train' else 'EVAL'}_DATA_PATH")
@@ -204,15 +204,12 @@ class PretrainingTask(base.Task):
   def _eval_examples(self):
     if self._eval_size is None:
       count = sum(1 for _ in tf.data.TFRecordDataset(
-          pipeline.list_files(self.eval_data_path)))
+          pipeline.list_files(self.paths["eval"])))
       self._eval_size = min(count, self.max_eval_examples or count)
     return self._eval_size
 
   def eval_splits(self):
-    return {"eval": self._eval_examples()} if self.eval_data_path else {}
-
-  def num_train_examples(self):
-    return int(self.meta.get("train_data_size", 0))
+    return {"eval": self._eval_examples()} if self.paths["eval"] else {}
 
   def check_training_data(self):
     if not self.train_data_path:

@@ -62,7 +62,7 @@ class SpanModel(modeling.HeadModel):
 
 
 @gin.configurable(module="bertexp")
-class QuestionAnsweringTask(base.Task):
+class QuestionAnsweringTask(base.RecordTask):
   """Start/end span prediction; loss = mean of start and end cross-entropy."""
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
@@ -71,34 +71,31 @@ class QuestionAnsweringTask(base.Task):
                version_2_with_negative=False, n_best_size=20,
                max_answer_length=30, null_score_diff_threshold=0.0, seed=None,
                shuffle_buffer_size=10000):
-    self.bert_config_file = bert_config_file
-    self.meta = meta_data.read_meta_data(
-        meta_data_path,
-        positive=("max_seq_length", "doc_stride", "max_query_length"),
-        counts=("train_data_size",),
-        flags=("version_2_with_negative", "do_lower_case"))
-    self.meta_data_path = meta_data_path
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=meta_data.read_meta_data(
+            meta_data_path,
+            positive=("max_seq_length", "doc_stride", "max_query_length"),
+            counts=("train_data_size",),
+            flags=("version_2_with_negative", "do_lower_case")),
+        paths={"train": train_data_path}, seed=seed,
+        shuffle_buffer_size=shuffle_buffer_size)
     if bool(self.meta.get("version_2_with_negative")) != version_2_with_negative:
       raise ValueError(
           f"{meta_data_path}: data prepared with version_2_with_negative="
           f"{self.meta.get('version_2_with_negative')} but the task has "
           f"{version_2_with_negative}")
-    self.train_data_path = train_data_path
     self.predict_file = predict_file
     self.vocab_file = vocab_file
     self.version_2_with_negative = version_2_with_negative
     self.n_best_size = n_best_size
     self.max_answer_length = max_answer_length
     self.null_score_diff_threshold = null_score_diff_threshold
-    self.seed = seed
-    self.shuffle_buffer_size = shuffle_buffer_size
     self._eval = None        # (examples, features, dataset arrays), built once
     self.last_predictions = None
 
   def build_model(self):
-    config = base.checked_bert_config(self.bert_config_file, self.meta,
-                                      self.meta_data_path)
-    encoder = encoders.build_encoder(config)
+    encoder = encoders.build_encoder(self.encoder_config())
     return SpanModel(encoder, seed=self.seed, name="span_model").build_variables()
 
   def model_shape(self):
@@ -154,9 +151,6 @@ class QuestionAnsweringTask(base.Task):
         dataset, num_examples=len(features), batch_size=batch_size,
         input_context=input_context,
         padding=pipeline.padding_element(seq, tf.int64, 2, "unique_id"))
-
-  def num_train_examples(self):
-    return int(self.meta.get("train_data_size", 0))
 
   def check_training_data(self):
     if not self.train_data_path:

@@ -102,7 +102,7 @@ def _padding(seq_length):
 
 
 @gin.configurable(module="bertexp")
-class TaggingTask(base.Task):
+class TaggingTask(base.RecordTask):
   """Per-token labels (NER, POS) on the sequence output.
 
   Args:
@@ -122,27 +122,23 @@ class TaggingTask(base.Task):
                eval_data_path=None, test_data_path=None,
                label_all_pieces=False, dropout_rate=None, seed=None,
                shuffle_buffer_size=10000):
-    self.bert_config_file = bert_config_file
-    self.meta = _read_meta(meta_data_path)
-    self.meta_data_path = meta_data_path
-    self.paths = {"train": train_data_path, "eval": eval_data_path,
-                  "test": test_data_path}
+    super().__init__(
+        bert_config_file=bert_config_file, meta_data_path=meta_data_path,
+        meta=_read_meta(meta_data_path),
+        paths={"train": train_data_path, "eval": eval_data_path,
+               "test": test_data_path},
+        seed=seed, shuffle_buffer_size=shuffle_buffer_size,
+        dropout_rate=dropout_rate)
     self.label_all_pieces = label_all_pieces
-    self.dropout_rate = dropout_rate
-    self.seed = seed
-    self.shuffle_buffer_size = shuffle_buffer_size
     self.label_names = list(self.meta["label_names"])
     self.scheme = self.meta["scheme"]
     self._sentences = {}
 
   # -- model ---------------------------------------------------------------
   def build_model(self):
-    config = base.checked_bert_config(self.bert_config_file, self.meta,
-                                      self.meta_data_path)
-    dropout = (config.hidden_dropout_prob if self.dropout_rate is None
-               else self.dropout_rate)
+    config = self.encoder_config()
     return TaggingModel(encoders.build_encoder(config), len(self.label_names),
-                        dropout, seed=self.seed,
+                        self.head_dropout(config), seed=self.seed,
                         name="tagging_model").build_variables()
 
   def model_shape(self):
@@ -187,9 +183,6 @@ class TaggingTask(base.Task):
         dataset, num_examples=self.split_size(split), batch_size=batch_size,
         input_context=input_context, padding=_padding(seq))
 
-  def num_train_examples(self):
-    return int(self.meta.get("train_data_size", 0))
-
   def check_training_data(self):
     if not self.paths["train"]:
       return
@@ -204,11 +197,6 @@ class TaggingTask(base.Task):
 
   def predict_splits(self):
     return ["test"] if self.paths["test"] else []
-
-  def input_files(self):
-    return {"vocab_file": self.meta.get("vocab_file"),
-            "data_files": [self.meta_data_path,
-                           *[p for p in self.paths.values() if p]]}
 
   def sentences(self, split):
     """The split's sentences (tokens, gold tags, text, offsets), read once."""

@@ -198,10 +198,13 @@ def test_served_choices_equal_the_predictor_and_the_predict_files(mc_run):
                              [c["probabilities"] for c in chosen], atol=1e-5)
 
 
-def test_multiple_choice_on_two_replicas_equals_one(mc_data, tmp_path):
-  """The strategy matrix's cell: 2 mirrored CPU replicas over the same
-  global batch give the one-replica weights, loss, gradient norm and
-  metrics (the matrix's 3 steps at 1e-3)."""
+def test_multiple_choice_on_two_replicas_and_two_workers_equals_one(
+    mc_data, tmp_path):
+  """The task's strategy-matrix cell (a task's cell lives in its own test
+  file, built from matrix_fixtures' helpers): 2 mirrored CPU replicas and 2
+  MultiWorkerMirrored workers on localhost, over the same global batch,
+  give the one-replica weights, loss, gradient norm and metrics (the
+  matrix's 3 steps at 1e-3)."""
   paths, _ = mc_data
   spec = {"gin_file": GIN_FILE, "params": dict(paths),
           "order": ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
@@ -211,10 +214,14 @@ def test_multiple_choice_on_two_replicas_equals_one(mc_data, tmp_path):
     runs[name] = str(tmp_path / name)
     mf.run_in_process(spec, runs[name], mf.STRATEGIES[strategy],
                       ['bertexp.configure_numerics.precision="float32"'])
+  runs["workers"] = str(tmp_path / "workers")
+  mf.run_two_workers(spec, runs["workers"],
+                     ['bertexp.configure_numerics.precision="float32"'])
   # After 3 steps the N scores of an example are still nearly equal (loss
   # ln 3): the gradient sums per-choice terms (p_i - y_i) * ds_i whose ds_i
   # nearly cancel, so the rounding of another summation order is magnified
   # (seen here: 1.5e-5 of a 2.4e-4 norm with dynamic padding on, 2.5e-6
   # without). 1e-4 still fails any gradient scaled by more than 1.0001.
-  mf.assert_equal_runs(runs["mirrored"], runs["one"], paths["INIT_CHECKPOINT"],
-                       gradient_norm_rtol=1e-4)
+  for other in ("mirrored", "workers"):
+    mf.assert_equal_runs(runs[other], runs["one"], paths["INIT_CHECKPOINT"],
+                         gradient_norm_rtol=1e-4)

@@ -7,13 +7,12 @@ shape from the task's config files. See bertexp.model.memory_plan for the formul
 """
 import json
 import os
-import shutil
-import subprocess
 
 import gin
 
 from bertexp.model import memory_plan
 from bertexp.train import strategy as strategy_lib
+from bertexp.util import gpus as gpu_probe
 
 GB = memory_plan.GB
 
@@ -30,32 +29,6 @@ def _workers():
   return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
 
 
-def _nvidia_smi(field):
-  """`field` of the first GPU from nvidia-smi (e.g. memory.total), or None."""
-  if not shutil.which("nvidia-smi"):
-    return None
-  try:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={field}",
-                          "--format=csv,noheader,nounits"], check=True,
-                         capture_output=True, text=True, timeout=20).stdout
-    return out.split()[0]
-  except (OSError, subprocess.SubprocessError, IndexError):
-    return None
-
-
-def _gpu_memory_bytes():
-  """Memory of the first GPU from nvidia-smi, or None."""
-  mib = _nvidia_smi("memory.total")
-  return int(mib) * 1024 ** 2 if mib and mib.isdigit() else None
-
-
-def _gpu_capability():
-  """(major, minor) compute capability of the first GPU, or None."""
-  cap = _nvidia_smi("compute_cap") or ""
-  major, _, minor = cap.partition(".")
-  return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
-
-
 def _precision(device_name):
   """The bound precision; "auto" resolved for the plan's device."""
   precision = _bindings("bertexp.configure_numerics").get("precision",
@@ -64,7 +37,7 @@ def _precision(device_name):
     return precision
   kind = device_name.split()[0]
   resolved = strategy_lib.auto_precision(
-      kind, _gpu_capability() if kind == "GPU" else None)
+      kind, gpu_probe.compute_capability() if kind == "GPU" else None)
   return f"{resolved} (auto)"
 
 
@@ -92,7 +65,7 @@ def device(tpu_type, tpu_cores, device_memory_gb):
   if kind == "multi_worker_mirrored":
     replicas = _workers() * max(1, gpus)
   if gpus:
-    return "GPU", replicas, given or _gpu_memory_bytes(), 0
+    return "GPU", replicas, given or gpu_probe.memory_bytes(), 0
   # Simulated CPU replicas share the machine's memory.
   return ("CPU (all replicas share it)", replicas,
           given or memory_plan.cpu_memory_bytes() // replicas,

@@ -13,6 +13,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.util import gpus as gpu_probe
 from bertexp.util.machine import (cpu_has_native_bfloat16, cpuinfo_field,
                                   onednn_enabled, onednn_state)
 
@@ -178,7 +179,8 @@ def configure_numerics(precision="float32", jit_compile=False, strategy=None):
     raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
   if precision == "auto":
     kind = device_kind(strategy or tf.distribute.get_strategy())
-    precision = auto_precision(kind, _gpu_capability() if kind == "GPU" else None)
+    precision = auto_precision(
+        kind, gpu_probe.compute_capability() if kind == "GPU" else None)
     logging.info("precision auto on %s replicas: %s", kind, precision)
   logging.info("TensorFlow's oneDNN CPU kernels: %s", onednn_state())
   tf_keras.mixed_precision.set_global_policy(precision)
@@ -221,14 +223,6 @@ def _replica_devices(strategy):
     # when it sees one.
     return [d.name for d in tf.config.list_logical_devices("GPU")]
   return list(strategy.extended.worker_devices)
-
-
-def _gpu_capability():
-  gpus = tf.config.list_physical_devices("GPU")
-  if not gpus:
-    return None
-  return tf.config.experimental.get_device_details(gpus[0]).get(
-      "compute_capability")
 
 
 def padding_multiple(strategy, setting="auto"):

@@ -101,10 +101,9 @@ def cmd_evaluate_squad(args):
 def cmd_sweep(args):
   """`bertexp sweep`: a grid x seeds, one process per trial, resumable."""
   from bertexp.sweeps import runner
-  if args.parallel < 1 or args.seeds < 1:
-    raise ValueError("--parallel and --seeds must be at least 1")
+  settings = runner.SweepSettings.from_flags(args)
   try:
-    results = runner.run_sweep(args)
+    results = runner.run_sweep(settings)
   except KeyboardInterrupt:
     print("sweep interrupted: rerun the same command to resume (finished "
           "trials are skipped, the others restart from their checkpoints)",

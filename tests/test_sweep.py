@@ -90,6 +90,26 @@ def test_dry_run_prints_derived_steps(sweep_setup, capsys):
   assert not out.exists()
 
 
+def test_the_python_api_takes_typed_settings(sweep_setup, capsys):
+  """run_sweep takes a SweepSettings, the flags' typed form: a dry run from
+  Python plans what the command line plans; a bad count is refused when
+  the settings are made."""
+  args, out = sweep_setup
+  flags = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args[1:5]}
+  params = tuple(a.split("=", 1)[1] for a in args[5:])
+  settings = runner.SweepSettings(
+      grid=flags["--grid"], gin_files=(flags["--gin_file"],),
+      output_dir=flags["--output_dir"], gin_params=params, seeds=2,
+      dry_run=True)
+  assert runner.run_sweep(settings) == []
+  assert "lr0.001_seed2: global batch 8, 16 steps" in capsys.readouterr().out
+  assert not out.exists()
+  with pytest.raises(ValueError, match="--parallel and --seeds must be at "
+                     "least 1"):
+    runner.SweepSettings(grid="g", gin_files=("a.gin",), output_dir="o",
+                         parallel=0)
+
+
 def _checkpoint_values(model_dir):
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Optional, Tuple
 
 from bertexp import gin_setup
 from bertexp.sweeps import grids
@@ -157,10 +158,54 @@ def _raise_interrupt(signum, frame):
   raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _definition(args, trials):
-  return {"gin_files": args.gin_file, "gin_params": args.gin_param,
-          "grid": args.grid, "seeds": args.seeds, "first_seed": args.first_seed,
-          "folds": args.folds,
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+  """What one `bertexp sweep` runs (its command-line flags, typed).
+
+  Attributes:
+    grid: the grid file (.json, .py, or a shipped name).
+    gin_files, gin_params: the experiment every trial starts from.
+    output_dir: the sweep's folder (one subfolder per trial).
+    seeds, first_seed: seeds per configuration, from first_seed on.
+    folds: k-fold cross-validation over data prepared with --folds=K (each
+      configuration x seed runs every fold), or None.
+    parallel: trials at once.
+    max_trials: run at most this many of the pending trials (None: all).
+    dry_run: print the trials and their schedules only.
+  Raises:
+    ValueError: parallel or seeds below 1.
+  """
+  grid: str
+  gin_files: Tuple[str, ...]
+  output_dir: str
+  gin_params: Tuple[str, ...] = ()
+  seeds: int = 1
+  first_seed: int = 1
+  folds: Optional[int] = None
+  parallel: int = 1
+  max_trials: Optional[int] = None
+  dry_run: bool = False
+
+  def __post_init__(self):
+    if self.parallel < 1 or self.seeds < 1:
+      raise ValueError("--parallel and --seeds must be at least 1")
+
+  @classmethod
+  def from_flags(cls, args):
+    """The settings of `bertexp sweep`'s parsed flags."""
+    return cls(grid=args.grid, gin_files=tuple(args.gin_file),
+               output_dir=args.output_dir,
+               gin_params=tuple(args.gin_param or ()), seeds=args.seeds,
+               first_seed=args.first_seed, folds=args.folds,
+               parallel=args.parallel, max_trials=args.max_trials,
+               dry_run=args.dry_run)
+
+
+def _definition(sweep, trials):
+  return {"gin_files": list(sweep.gin_files),
+          "gin_params": list(sweep.gin_params),
+          "grid": sweep.grid, "seeds": sweep.seeds,
+          "first_seed": sweep.first_seed, "folds": sweep.folds,
           "trials": [{"name": t.name, "bindings": t.bindings} for t in trials]}
 
 
@@ -192,13 +237,22 @@ def plan(trials, gin_files, gin_params, output_dir):
   return rows
 
 
-def run_sweep(args):
-  """`bertexp sweep`: plans (--dry_run) or runs the trials; returns their results."""
-  trials = expand(grids.load_grid(args.grid), args.seeds, args.first_seed,
-                  getattr(args, "folds", None))
-  if args.dry_run:
-    print(f"{len(trials)} trials ({args.grid} x {args.seeds} seeds):")
-    for row in plan(trials, args.gin_file, args.gin_param, args.output_dir):
+def run_sweep(sweep: SweepSettings):
+  """Plans (dry_run) or runs the sweep's trials.
+
+  Args:
+    sweep: the SweepSettings.
+  Returns:
+    One result per trial run ([] for a dry run).
+  Raises:
+    ValueError: output_dir holds another sweep, or a bad grid.
+    KeyboardInterrupt: Ctrl-C or SIGTERM (running trials are stopped).
+  """
+  trials = expand(grids.load_grid(sweep.grid), sweep.seeds, sweep.first_seed,
+                  sweep.folds)
+  if sweep.dry_run:
+    print(f"{len(trials)} trials ({sweep.grid} x {sweep.seeds} seeds):")
+    for row in plan(trials, list(sweep.gin_files), list(sweep.gin_params), sweep.output_dir):
       if "unavailable" in row:
         print(f"  {row['trial']}: {row['bindings']} (no schedule yet: "
               f"{row['unavailable']})", flush=True)
@@ -207,16 +261,16 @@ def run_sweep(args):
             f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
             f"evaluation), warmup {row['warmup_steps']}", flush=True)
     return []
-  os.makedirs(args.output_dir, exist_ok=True)
-  definition = _definition(args, trials)
-  sweep_json = os.path.join(args.output_dir, "sweep.json")
+  os.makedirs(sweep.output_dir, exist_ok=True)
+  definition = _definition(sweep, trials)
+  sweep_json = os.path.join(sweep.output_dir, "sweep.json")
   _check_same_sweep(sweep_json, definition)
   fileio.write_json(sweep_json, definition)
-  cpu_threads = (max(1, (os.cpu_count() or 1) // args.parallel)
-                 if args.parallel > 1 else None)
+  cpu_threads = (max(1, (os.cpu_count() or 1) // sweep.parallel)
+                 if sweep.parallel > 1 else None)
   pending = []
   for trial in trials:
-    folder = os.path.join(args.output_dir, trial.name)
+    folder = os.path.join(sweep.output_dir, trial.name)
     os.makedirs(folder, exist_ok=True)
     if _status(folder) == "done":
       print(f"[skip] {trial.name}: finished earlier", flush=True)
@@ -224,14 +278,14 @@ def run_sweep(args):
     gin_path = os.path.join(folder, "trial.gin")
     if not os.path.exists(gin_path):     # a rerun keeps the trial's own file
       fileio.write_text(gin_path, trial_gin_text(
-          trial, args.gin_file, args.gin_param, folder, cpu_threads))
+          trial, list(sweep.gin_files), list(sweep.gin_params), folder, cpu_threads))
     pending.append((trial, folder))
-  if args.max_trials is not None:
-    pending = pending[:args.max_trials]
+  if sweep.max_trials is not None:
+    pending = pending[:sweep.max_trials]
   logging.info("sweep: %d trials, %d to run, %d in parallel", len(trials),
-               len(pending), args.parallel)
+               len(pending), sweep.parallel)
   runner = _Runner()
-  pool = concurrent.futures.ThreadPoolExecutor(args.parallel)
+  pool = concurrent.futures.ThreadPoolExecutor(sweep.parallel)
   signal.signal(signal.SIGTERM, _raise_interrupt)
   try:
     results = list(pool.map(lambda p: runner.run(*p), pending))
@@ -241,5 +295,5 @@ def run_sweep(args):
   finally:
     pool.shutdown(wait=True, cancel_futures=True)
   from bertexp.sweeps import results as sweep_results
-  sweep_results.write(args.output_dir)
+  sweep_results.write(sweep.output_dir)
   return results

@@ -89,3 +89,15 @@ def test_the_outside_task_export_is_served_and_read_by_the_predictor(
   assert [row["label"] for row in served] == ["1", "0"]
   np.testing.assert_allclose([row["probabilities"] for row in served],
                              [row["probabilities"] for row in rows], atol=1e-5)
+
+
+def test_the_architecture_page_shows_exactly_the_task_these_tests_run():
+  """docs/architecture.md's complete example is this plugin's module and
+  gin file, character for character: the page's code is what runs here."""
+  page = open(os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                           "docs", "architecture.md")).read()
+  example = page.split("### A complete task outside the package", 1)[1]
+  blocks = [block.split("\n", 1)[1] for block in example.split("```")[1::2]]
+  plugins = os.path.join(os.path.dirname(__file__), "plugins")
+  assert blocks[0] == open(os.path.join(plugins, "mean_pooled.py")).read()
+  assert blocks[1] == open(os.path.join(plugins, "mean_pooled.gin")).read()

@@ -11,11 +11,48 @@ import numpy as np
 import pytest
 
 from bertexp import cli
+from bertexp.train import loop
 from conftest import prepare_tiny_sst2_run
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
 GIN = ["experiments/demo/movie_sentiment_cpu.gin"]
+
+
+# (step, accuracy, expected best, best step, evaluations without
+# improvement) with patience 2 and min_delta 0.01: a gain counts only when
+# it is above 0.01 over the best so far, and an improvement resets the count.
+ACCURACY_COURSE = [(10, 0.50, 0.50, 10, 0), (20, 0.60, 0.60, 20, 0),
+                   (30, 0.605, 0.60, 20, 1), (40, 0.62, 0.62, 40, 0),
+                   (50, 0.625, 0.62, 40, 1), (60, 0.629, 0.62, 40, 2)]
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_patience_follows_the_best_value_in_both_directions(tmp_path, mode):
+  """On an improving-then-flat course (accuracy, or its mirror image as a
+  loss for mode "min"), the best value, its step and the counter follow
+  each evaluation; patience runs out at step 60, and a replayed evaluation
+  (a resume) is not counted twice."""
+  sign = 1 if mode == "max" else -1
+  stopper = loop.EarlyStopping(str(tmp_path), "metric", mode, patience=2,
+                               min_delta=0.01)
+  for step, value, best, best_step, without in ACCURACY_COURSE:
+    if step == 60:
+      with pytest.raises(loop.StopEarly, match="stopped early at step 60"):
+        stopper.update(step, {"metric": sign * value})
+    else:
+      stopper.update(step, {"metric": sign * value})
+    record = stopper.record
+    assert record["best"] == pytest.approx(sign * best), step
+    assert (record["best_step"], record["evaluations_without_improvement"]
+            ) == (best_step, without), step
+  assert record["stopped_early_at_step"] == 60
+  saved = json.load(open(tmp_path / "early_stopping.json"))
+  assert saved == record
+  resumed = loop.EarlyStopping(str(tmp_path), "metric", mode, patience=2,
+                               min_delta=0.01)
+  resumed.update(50, {"metric": sign * 0.0})       # replayed: not counted
+  assert resumed.record == saved
 
 
 def _checkpoints(model_dir):
@@ -68,16 +105,23 @@ def test_patience_runs_out_stops_training_and_says_so(runs):
 def test_predict_and_export_use_the_best_checkpoint_after_an_early_stop(
     runs, caplog):
   best = json.load(open(f"{runs['one']}/best_checkpoint/best_checkpoint.json"))
-  with caplog.at_level(logging.INFO):
-    assert cli.main(mf.train_args(GIN, dict(runs["params"], MODEL_DIR=runs["one"]),
-                                  runs["extra"], mode="predict")) == 0
-  restored = [r.getMessage() for r in caplog.records
-              if r.getMessage().startswith("restored model weights from")]
-  assert restored and restored[-1].endswith(
-      f"best_checkpoint/{best['checkpoint']}"), restored
-  # The predictions written after training (the default path) are the best
-  # checkpoint's, not those of the last checkpoint (ckpt-24).
+  # The predictions written after training (the default path), read before
+  # anything else writes the file.
   after_training = np.loadtxt(f"{runs['one']}/test_results.tsv")
+  for mode in ("predict", "export"):
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+      assert cli.main(mf.train_args(
+          GIN, dict(runs["params"], MODEL_DIR=runs["one"]), runs["extra"],
+          mode=mode)) == 0
+    restored = [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("restored model weights from")]
+    assert restored and restored[-1].endswith(
+        f"best_checkpoint/{best['checkpoint']}"), (mode, restored)
+  np.testing.assert_allclose(np.loadtxt(f"{runs['one']}/test_results.tsv"),
+                             after_training, atol=1e-6)
+  # ... and they are the best checkpoint's, not the last checkpoint's
+  # (ckpt-24).
   assert cli.main(mf.train_args(
       GIN, dict(runs["params"], MODEL_DIR=runs["one"],
                 PREDICT_CHECKPOINT_PATH=f"{runs['one']}/ckpt-24"),

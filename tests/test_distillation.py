@@ -176,6 +176,67 @@ def test_hand_computed_distill_term_on_the_models_logits(teacher_run):
   assert expected.mean() > 10 * 2e-6
 
 
+def _numpy_hidden_term(student, teacher, pairs, kernel, bias, mask):
+  """TinyBERT's hidden-state term in float64: for each (student layer,
+  teacher layer) pair and the embeddings (0, 0), the mean over real
+  positions and the teacher's width of (student state @ kernel + bias -
+  teacher state)^2; averaged over the pairs. Returns [B]."""
+  terms = []
+  for s, t in [(0, 0)] + pairs:
+    diff = student[s] @ kernel + bias - teacher[t]                  # [B, S, Ht]
+    terms.append((diff ** 2 * mask[..., None]).sum((1, 2)) /
+                 (mask.sum(1) * diff.shape[-1]))
+  return np.mean(terms, axis=0)
+
+
+def _numpy_attention_term(student, teacher, pairs, mask):
+  """The attention term in float64: the mean squared difference of the
+  pre-softmax scores [B, N, S, S] over real (query, key) pairs and heads,
+  averaged over the layer pairs. Returns [B]."""
+  real = mask[:, None, :, None] * mask[:, None, None, :]            # [B, 1, S, S]
+  terms = [((student[s - 1] - teacher[t - 1]) ** 2 * real).sum((1, 2, 3)) /
+           (real.sum((1, 2, 3)) * student[s - 1].shape[1]) for s, t in pairs]
+  return np.mean(terms, axis=0)
+
+
+def test_hand_computed_hidden_and_attention_terms_of_a_student_unlike_its_teacher(
+    teacher_run, tmp_path):
+  """A 1-layer student of width 8 from random weights against the 2-layer
+  teacher of width 16 (layer map "uniform": student layer 1 <- teacher
+  layer 2, the embeddings through the projection): the model's hidden and
+  attention terms equal a float64 numpy computation from the two encoders'
+  own layers, and neither is near zero."""
+  narrow = _config(str(tmp_path), "narrow.json", hidden_size=8,
+                   intermediate_size=16, num_hidden_layers=1)
+  task = _student_task(teacher_run, narrow, student_init="random",
+                       hidden_weight=1.0, attention_weight=1.0)
+  model = task.build_model()
+  features, labels = _one_batch(task)
+  outputs = model(features, training=True)
+  _, student = model.student_model()(features, training=True,
+                                     return_layers=True)
+  _, teacher = model.teacher_outputs(features, return_layers=True)
+  as64 = lambda tensors: [t.numpy().astype(np.float64) for t in tensors]
+  mask = features["input_mask"].numpy().astype(np.float64)           # [B, S]
+  pairs = [(1, 2)]
+  hidden = _numpy_hidden_term(
+      as64(student["hidden_states"]), as64(teacher["hidden_states"]), pairs,
+      model.hidden_projection.kernel.numpy().astype(np.float64),
+      model.hidden_projection.bias.numpy().astype(np.float64), mask)
+  attention = _numpy_attention_term(as64(student["attention_scores"]),
+                                    as64(teacher["attention_scores"]), pairs,
+                                    mask)
+  np.testing.assert_allclose(outputs["hidden_loss"].numpy(), hidden,
+                             rtol=1e-4)
+  np.testing.assert_allclose(outputs["attention_loss"].numpy(), attention,
+                             rtol=1e-4)
+  assert hidden.min() > 1e-3 and attention.min() > 1e-4, (hidden, attention)
+  numerators = task.loss_numerators(labels, outputs)
+  np.testing.assert_allclose(numerators["hidden"].numpy(), hidden, rtol=1e-4)
+  np.testing.assert_allclose(numerators["attention"].numpy(), attention,
+                             rtol=1e-4)
+
+
 def _write_noisy_sst2(root, vocab, config):
   """The same sentences with 6 of 16 labels flipped: the student's labels
   are wrong where the teacher is right."""

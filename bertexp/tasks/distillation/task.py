@@ -258,9 +258,12 @@ class DistillationModel(tf_keras.Model):
       losses.append(tf.reduce_sum(squared, [1, 2, 3]) / tf.maximum(count, 1.0))
     return tf.add_n(losses) / len(losses)                             # [B]
 
-  def teacher_outputs(self, inputs):
-    """The teacher's outputs for {model input: [B, S]} (inference)."""
-    return self._teacher_call(inputs, training=False)
+  def teacher_outputs(self, inputs, return_layers=False):
+    """The teacher's outputs for {model input: [B, S]} (inference); with
+    return_layers, (outputs, {"hidden_states", "attention_scores"}) as the
+    encoder gives them."""
+    return self._teacher_call(inputs, training=False,
+                              return_layers=return_layers)
 
   def build_variables(self):
     """Creates every variable (the projection's too) by one training call."""

@@ -295,6 +295,10 @@ def _serving_commands(sub, add):
   srv.add_argument("--host", default="0.0.0.0",
                    help="the address to listen on: every interface by "
                    "default, as TF Serving; 127.0.0.1 for this machine only")
+  srv.add_argument("--ssl_config_file",
+                   help="TF Serving's SSLConfig (text proto with the PEM "
+                        "server_key, server_cert, optional custom_ca and "
+                        "client_verify): gRPC and REST speak TLS only")
   srv.add_argument("--enable_batching", action="store_true",
                    help="merge concurrent requests into one model call")
   srv.add_argument("--batching_parameters_file",
@@ -386,6 +390,10 @@ def cmd_serve(args):
   else:
     models = [(args.model_name or os.path.basename(os.path.normpath(
         args.model_base_path.rstrip("/"))), args.model_base_path)]
+  tls = None
+  if args.ssl_config_file:
+    from bertexp.serving.server import tls as tls_lib
+    tls = tls_lib.read_ssl_config(args.ssl_config_file)
   port = lambda p: None if p < 0 else p
   serve_lib.set_threads(args.tensorflow_intra_op_parallelism,
                         args.tensorflow_inter_op_parallelism)
@@ -394,7 +402,7 @@ def cmd_serve(args):
                   batching=batching,
                   poll_seconds=args.file_system_poll_wait_seconds,
                   max_text_bytes=args.max_text_bytes,
-                  max_request_bytes=args.max_request_bytes)
+                  max_request_bytes=args.max_request_bytes, tls=tls)
 
 
 def load_tensorflow_quietly():

@@ -50,6 +50,7 @@ class ModelServer:
     self._in_flight = 0
     self._idle = threading.Condition(self._lock)
     self._draining = False
+    self.polls = 0                # finished looks at the folder
     self.scheduler = (BatchScheduler(self._run_batch, batching)
                       if batching else None)
     self.poll()
@@ -63,6 +64,12 @@ class ModelServer:
     Returns:
       The version served now.
     """
+    try:
+      return self._load_newest()
+    finally:
+      self.polls += 1
+
+  def _load_newest(self):
     found = versions_lib.list_versions(self.folder)
     if not found:
       return self._current and self._current.version
@@ -227,6 +234,10 @@ class Models:
   def predict(self, name, version, signature_name, inputs):
     """See ModelServer.predict."""
     return self.get(name).predict(name, version, signature_name, inputs)
+
+  def polls(self):
+    """{model name: how many times its folder was looked at}."""
+    return {name: server.polls for name, server in sorted(self._servers.items())}
 
   def schedulers(self):
     """{model name: its BatchScheduler} (models that batch)."""

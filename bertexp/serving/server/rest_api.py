@@ -195,7 +195,10 @@ def _metadata(server, name, version):
 
 def _metrics(server):
   lines = ["# TYPE bertexp_batch_calls counter",
-           "# TYPE bertexp_waiting_rows gauge"]
+           "# TYPE bertexp_waiting_rows gauge",
+           "# TYPE bertexp_version_polls counter"]
+  for name, polls in server.polls().items():
+    lines.append(f'bertexp_version_polls{{model="{name}"}} {polls}')
   for name, scheduler in server.schedulers().items():
     for size, calls in sorted(scheduler.batch_sizes.items()):
       lines.append(f'bertexp_batch_calls{{model="{name}",rows="{size}"}} '

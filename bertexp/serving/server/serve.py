@@ -5,7 +5,8 @@
         localhost:8501/v1/models/demo:predict
 
 SIGTERM (or Ctrl-C) stops accepting requests, lets those in flight finish,
-and exits 0.
+and exits 0. `--ssl_config_file` (TF Serving's SSLConfig) puts both ports
+behind TLS (see tls.py).
 """
 import concurrent.futures
 import logging
@@ -23,7 +24,7 @@ MAX_REQUEST_BYTES = 64 << 20
 def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
           batching=None, poll_seconds=1.0, max_text_bytes=65536,
           max_request_bytes=MAX_REQUEST_BYTES, grpc_threads=16,
-          grace_seconds=30.0):
+          grace_seconds=30.0, tls=None):
   """Serves until SIGTERM or SIGINT.
 
   Args:
@@ -40,6 +41,7 @@ def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
       from its Content-Length before it is read; gRPC: the largest message).
     grpc_threads: concurrent gRPC requests.
     grace_seconds: how long requests in flight may take at shutdown.
+    tls: a tls.TlsConfig: both ports speak TLS only; None: plaintext.
   Returns:
     0 after a clean shutdown.
   Raises:
@@ -59,23 +61,26 @@ def serve(models, *, rest_port=8501, grpc_port=8500, host="0.0.0.0",
   try:
     if grpc_port is not None:
       grpc_server, grpc_port = _start_grpc(server, host, grpc_port,
-                                           grpc_threads, max_request_bytes)
+                                           grpc_threads, max_request_bytes,
+                                           tls)
     if rest_port is not None:
       http_server, rest_thread = _start_rest(server, host, rest_port,
-                                             max_request_bytes)
+                                             max_request_bytes, tls)
       rest_port = http_server.server_port
     served = "; ".join(
         f"{name} version {server.status(name)[0][0]} from "
         f"{server.get(name).folder}" for name in server.names)
     print(f"serving {served}: REST port {rest_port}, gRPC port {grpc_port}"
+          f"{' (TLS)' if tls else ''}"
           f"{', batching ' + str(batching) if batching else ''}", flush=True)
     stopped.wait()
-    print("shutting down: finishing requests in flight", flush=True)
   finally:
     if http_server is not None:
       http_server.shutdown()              # no new connections
     if grpc_server is not None:
       grpc_server.stop(grace_seconds)     # no new RPCs; waits for the rest
+    print("shutting down: new requests refused, finishing those in flight",
+          flush=True)
     finished = server.drain(grace_seconds)
     if rest_thread is not None:
       # werkzeug's serve_forever ends with server_close(), which joins the
@@ -112,7 +117,7 @@ def set_threads(intra_op, inter_op):
   tf.config.threading.set_inter_op_parallelism_threads(inter_op)
 
 
-def _start_grpc(server, host, port, threads, max_request_bytes):
+def _start_grpc(server, host, port, threads, max_request_bytes, tls):
   import grpc
   from bertexp.serving.server import grpc_api
   grpc_server = grpc.server(
@@ -120,19 +125,22 @@ def _start_grpc(server, host, port, threads, max_request_bytes):
       options=[("grpc.max_receive_message_length", max_request_bytes),
                ("grpc.max_send_message_length", 64 << 20)])
   grpc_api.add_services(grpc_server, server)
-  bound = grpc_server.add_insecure_port(f"{host}:{port}")
+  address = f"{host}:{port}"
+  bound = (grpc_server.add_secure_port(address, tls.grpc_credentials()) if tls
+           else grpc_server.add_insecure_port(address))
   if not bound:
     raise OSError(f"gRPC: cannot listen on {host}:{port}")
   grpc_server.start()
   return grpc_server, bound
 
 
-def _start_rest(server, host, port, max_request_bytes):
+def _start_rest(server, host, port, max_request_bytes, tls):
   from werkzeug.serving import make_server
   # No line per request (TF Serving logs none either); errors still log.
   logging.getLogger("werkzeug").setLevel(logging.WARNING)
   http_server = make_server(host, port, make_app(server, max_request_bytes),
-                            threaded=True)
+                            threaded=True,
+                            ssl_context=tls.ssl_context() if tls else None)
   # Keep the request threads joinable, so shutdown waits for their replies.
   http_server.daemon_threads = False
   http_server.block_on_close = True

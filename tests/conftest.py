@@ -148,7 +148,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
 def requires_minilm():
   if not os.path.exists(os.path.join(MINILM_HF, "model.safetensors")):
     pytest.fail(f"{MINILM_HF} is missing: `make test` fetches it "
-                "(python tools/demo_data.py fetch)")
+                "(make setup, or python tools/demo_data.py fetch)")
 
 
 def tiny_sst2_task(root, vocab, dropout=0.0):

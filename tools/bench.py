@@ -208,8 +208,7 @@ def bench_optimizer(shape, windows, steps_per_window=5):
 
 
 def bench_prepare(num_pairs, vocab_file, output_dir):
-  sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
-  import demo_data
+  from bertexp.util import demo_data
   from bertexp.data import prepare
   from bertexp.data import readers
   sentences = [s for s, _ in demo_data.read_movie_reviews()]
@@ -262,7 +261,7 @@ def bench_resume(records_file, num_records, fraction=0.9, batch=32):
 def _pretraining_corpus(path, megabytes):
   """Documents of 10-30 real movie-review sentences, reshuffled until the
   corpus reaches `megabytes`."""
-  import demo_data
+  from bertexp.util import demo_data
   sentences = [s for s, _ in demo_data.read_movie_reviews()]
   rng = np.random.RandomState(0)
   written = 0
@@ -279,7 +278,6 @@ def _pretraining_corpus(path, megabytes):
 
 
 def bench_pretraining(vocab_file, megabytes):
-  sys.path.insert(0, os.path.join(os.path.dirname(__file__)))
   from bertexp.tasks.pretraining import data as pretraining
   options = pretraining.Options(vocab_file=vocab_file, max_seq_length=128,
                                 max_predictions_per_seq=20, dupe_factor=1,

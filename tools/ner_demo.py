@@ -24,8 +24,7 @@ import statistics
 import sys
 import zipfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import demo_data  # noqa: E402
+from bertexp.util import demo_data  # noqa: E402
 
 _SENTENCE_END = ("。/w", "！/w", "？/w")
 

@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh demo-ner demo-ner-zh demo-distill test bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh demo-ner demo-ner-zh demo-distill test test-fast bench clean
 
 setup: $(VENV)/.installed
 
@@ -207,9 +207,15 @@ demo-distill: demo-data
 	  '3-layer student from pretrained MiniLM layers, labels only (no teacher)=runs/distill_l3_pre_labels_only_seed*' \
 	  '2-layer student, distilled=runs/distill_l2_distilled'
 
+# tests/unit: a module or two at a time, in minutes; tests/e2e: the command
+# line, training runs, servers, strategies. `make test` runs both.
 test: setup
 	$(PY) tools/demo_data.py fetch
 	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
+
+test-fast: setup
+	$(PY) tools/demo_data.py fetch
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=5 tests/unit
 
 # The Hugging Face PyTorch reference of tools/bench_vs_hf.py, and PyTorch
 # eager and ONNX Runtime for tools/bench_serving.py, in their own venv.

@@ -19,7 +19,8 @@ from bertexp.train import strategy  # noqa: E402
 # (bertexp.make_strategy.cpu_replicas). Unplaced ops still run on /cpu:0.
 strategy.split_cpu(8)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
 MINILM_HF = os.path.join(REPO, ".cache", "minilm_hf")
 
 # 11 word pieces + reserved tokens: enough for the fixture sentences.
@@ -43,6 +44,7 @@ SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
                     "test_faults.py",
                     "test_accumulation_recompute_padding.py", "test_train.py",
                     "test_sweep.py", "test_quickstart.py", "test_serving.py",
+                    "test_serving_lifecycle.py",
                     "test_multiple_choice.py",
                     "test_task_outside_the_package.py",
                     "test_long_documents.py", "test_class_weights.py",

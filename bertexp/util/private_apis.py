@@ -1,6 +1,6 @@
 """Every use of another library's private API, each behind one helper that
 says why no public call does the job. If an upgrade moves one of them, this
-is the one file to change (tests/test_import_rules.py keeps the rest of the
+is the one file to change (tests/unit/package/test_import_rules.py keeps the rest of the
 package off these names)."""
 
 

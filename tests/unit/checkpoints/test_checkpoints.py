@@ -8,7 +8,7 @@ import pytest
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
-from conftest import MINILM_HF, requires_minilm
+from conftest import MINILM_HF, TESTS, requires_minilm
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def test_minilm_parity_within_1e5(converted):
   assert max(report.max_abs_diff.values()) <= 1e-5, report.max_abs_diff
 
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden",
+GOLDEN = os.path.join(TESTS, "golden",
                       "minilm_l6_outputs.json")
 
 

@@ -17,7 +17,9 @@ import os
 
 import pytest
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertexp")
+from conftest import REPO
+
+PACKAGE = os.path.join(REPO, "bertexp")
 
 RANK = {"util": 0, "modes": 0, "data": 1, "model": 2, "checkpoints": 3, "tasks": 4,
         "settings": 5,

@@ -18,7 +18,7 @@ from bertexp.tasks.squad import data as squad
 from bertexp.tasks.squad import scoring as squad_scoring
 from conftest import REPO
 
-# FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_readers.py: a longer hunt (default 200).
+# FUZZ_EXAMPLES=2000 pytest tests/unit/data/test_fuzz_readers.py: a longer hunt (default 200).
 # The inputs are derived from each test's name (derandomize), so every run
 # draws the same ones and a failure replays as it is. FUZZ_RANDOM=1 draws
 # new ones each run; a failure then prints the @reproduce_failure line that

@@ -3,7 +3,9 @@ does (methods that implement a documented interface inherit its words)."""
 import ast
 import os
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "bertexp")
+from conftest import REPO
+
+PACKAGE = os.path.join(REPO, "bertexp")
 
 
 def undocumented():

@@ -12,10 +12,10 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
-from conftest import (TINY_CONFIG, TINY_VOCAB, prepare_tiny_sst2_run,
-                      start_server)
+from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
+                      prepare_tiny_sst2_run, start_server)
 
-GIN_FILE = os.path.join(os.path.dirname(__file__), "plugins", "mean_pooled.gin")
+GIN_FILE = os.path.join(TESTS, "plugins", "mean_pooled.gin")
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +94,9 @@ def test_the_outside_task_export_is_served_and_read_by_the_predictor(
 def test_the_architecture_page_shows_exactly_the_task_these_tests_run():
   """docs/architecture.md's complete example is this plugin's module and
   gin file, character for character: the page's code is what runs here."""
-  page = open(os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                           "docs", "architecture.md")).read()
+  page = open(os.path.join(REPO, "docs", "architecture.md")).read()
   example = page.split("### A complete task outside the package", 1)[1]
   blocks = [block.split("\n", 1)[1] for block in example.split("```")[1::2]]
-  plugins = os.path.join(os.path.dirname(__file__), "plugins")
+  plugins = os.path.join(TESTS, "plugins")
   assert blocks[0] == open(os.path.join(plugins, "mean_pooled.py")).read()
   assert blocks[1] == open(os.path.join(plugins, "mean_pooled.gin")).read()

@@ -136,7 +136,10 @@ def test_overload_is_429_and_resource_exhausted_and_sigterm_answers_what_waits(
       _rest(rest, ["good"], timeout=10)
     with pytest.raises(grpc.RpcError) as late:
       stub.Predict(_grpc_request(["good"]), timeout=10)
-    assert late.value.code() == grpc.StatusCode.UNAVAILABLE
+    # grpcio refuses a call to a stopping server with one or the other,
+    # depending on how far its stop has gone.
+    assert late.value.code() in (grpc.StatusCode.UNAVAILABLE,
+                                 grpc.StatusCode.CANCELLED), late.value
 
     reply = by_rest.result(timeout=WAIT)
     assert reply.status_code == 200, reply.text

@@ -1,6 +1,6 @@
 """bertexp: config-driven BERT fine-tuning on Orbit.
 
-Public API: `load_encoder(bert_config_file, checkpoint=None)`;
+Public API: `load_encoder(folder)` or `load_encoder(config_file, checkpoint=None)`;
 `Predictor(export_dir)` (see bertexp.serving.exporting.predictor).
 """
 import os
@@ -22,12 +22,13 @@ if platform.machine().lower() in ("x86_64", "amd64"):
 __version__ = "0.1.0"
 
 
-def load_encoder(bert_config_file, checkpoint=None):
-  """An encoder from a bert_config.json with a checkpoint's weights (see
-  bertexp.checkpoints.run_dir.load_encoder: a prefix, an encoder folder or a
-  MODEL_DIR; None for random weights)."""
+def load_encoder(config_or_folder, checkpoint=None):
+  """An encoder: `load_encoder(FOLDER)` for a converted encoder folder (its
+  config and weights), or `load_encoder(CONFIG_FILE, CHECKPOINT)` with a
+  checkpoint prefix, an encoder folder or a MODEL_DIR (None: random
+  weights). See bertexp.checkpoints.run_dir.load_encoder."""
   from bertexp.checkpoints import run_dir
-  return run_dir.load_encoder(bert_config_file, checkpoint)
+  return run_dir.load_encoder(config_or_folder, checkpoint)
 
 
 def Predictor(export_dir, batch_size=64):  # noqa: N802  (a class to users)

@@ -26,6 +26,9 @@ BEST_INFO = "best_checkpoint.json"
 EARLY_STOPPING_INFO = "early_stopping.json"
 
 
+# The config file of an encoder folder (beside bert_model.ckpt).
+ENCODER_CONFIG = "bert_config.json"
+
 def stopped_early_at(model_dir):
   """The step a run stopped early at (its early_stopping.json), or None."""
   path = fileio.join(model_dir, EARLY_STOPPING_INFO)
@@ -152,18 +155,31 @@ def restore_encoder(encoder, checkpoint):
   return prefix
 
 
-def load_encoder(bert_config_file, checkpoint=None):
-  """An encoder built from a bert_config.json, with `checkpoint`'s weights.
+def load_encoder(config_or_folder, checkpoint=None):
+  """An encoder built from its config, with a checkpoint's weights.
 
   Args:
-    bert_config_file: path of a bert_config.json.
-    checkpoint: anything `resolve` takes, or None for random weights.
+    config_or_folder: a config file (bert_config.json), or an encoder folder
+      (what `convert-checkpoint` and pretraining write: bert_config.json
+      beside bert_model.ckpt), whose weights are then loaded unless
+      `checkpoint` says otherwise.
+    checkpoint: anything `resolve` takes; None: the folder's own weights
+      for a folder, random weights for a config file.
   Returns:
     A built encoder of the config's family.
   Raises:
-    FileNotFoundError, CheckpointError: see `resolve`.
+    FileNotFoundError: a folder without bert_config.json; see `resolve`.
+    CheckpointError: see `resolve`.
   """
-  config = encoders.read_config(bert_config_file)
+  config_file = config_or_folder
+  if tf.io.gfile.isdir(config_or_folder):
+    config_file = fileio.join(config_or_folder, ENCODER_CONFIG)
+    if not tf.io.gfile.exists(config_file):
+      raise FileNotFoundError(f"{config_or_folder}: no {ENCODER_CONFIG} (an "
+                              "encoder folder from convert-checkpoint, or "
+                              "pass the config file and the checkpoint)")
+    checkpoint = checkpoint or config_or_folder
+  config = encoders.read_config(config_file)
   encoder = encoders.family_of(config).build(config, False).build_variables()
   if checkpoint:
     restore_encoder(encoder, checkpoint)

@@ -92,6 +92,31 @@ def test_best_checkpoint_and_encoder_folders_resolve(tmp_path, tiny_vocab):
     run_dir.resolve(str(best))
 
 
+def test_load_encoder_of_a_folder_takes_its_config_and_weights(tmp_path,
+                                                               tiny_vocab):
+  """bertexp.load_encoder(FOLDER): the converted folder's config and
+  weights, the same encoder as the two-argument form; a folder without a
+  config is a one-line error naming it."""
+  encoder = _classifier().encoder
+  for variable in encoder.variables:
+    variable.assign(tf.random.normal(variable.shape, seed=1))
+  folder = str(tmp_path / "encoder")
+  converters.write_checkpoint_folder(encoder, tiny_vocab, folder)
+  one = bertexp.load_encoder(folder)
+  two = bertexp.load_encoder(f"{folder}/bert_config.json", folder)
+  random = bertexp.load_encoder(f"{folder}/bert_config.json")
+  assert len(one.variables) == len(encoder.variables)
+  for ours, theirs in zip(encoder.variables, one.variables):
+    np.testing.assert_array_equal(theirs.numpy(), ours.numpy())
+  for a, b in zip(one.variables, two.variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  assert any(np.abs(a.numpy() - b.numpy()).max() > 1e-3
+             for a, b in zip(one.variables, random.variables))
+  with pytest.raises(FileNotFoundError, match=r"empty: no bert_config.json"):
+    (tmp_path / "empty").mkdir()
+    bertexp.load_encoder(str(tmp_path / "empty"))
+
+
 def test_a_folder_without_checkpoints_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="folder holds no checkpoint"):
     run_dir.resolve(str(tmp_path))

@@ -220,32 +220,17 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     check_accumulation(settings.global_batch_size,
                        settings.gradient_accumulation_steps,
                        strategy.num_replicas_in_sync)
-    self.settings = settings
-    global_batch_size = settings.global_batch_size
-    eval_batch_size = settings.eval_batch_size
-    clip_norm, jit_compile = settings.clip_norm, settings.jit_compile
-    gradient_accumulation_steps = settings.gradient_accumulation_steps
-    pad_to_multiple_of = settings.pad_to_multiple_of
-    summary_histograms_every = settings.summary_histograms_every
-    loss_upper_bound = settings.loss_upper_bound
-    max_consecutive_bad_steps = settings.max_consecutive_bad_steps
+    self.settings = settings            # read as self.settings.<field>
     self.task, self.model, self.optimizer = task, model, optimizer
-    self.accumulation_steps = gradient_accumulation_steps
     # Dynamic padding, except on TPUs: they need static shapes.
     tpu = isinstance(strategy, (tf.distribute.TPUStrategy,
                                 tf.distribute.experimental.TPUStrategy))
     # And except for a task whose model inputs are not one left-aligned
-    # sequence per row (Task.dynamic_padding).
+    # sequence per row (Task.dynamic_padding): the multiple padding uses.
     self.pad_to_multiple_of = (None if tpu or not task.dynamic_padding
-                               else pad_to_multiple_of)
+                               else settings.pad_to_multiple_of)
     self.strategy = strategy
-    self.global_batch_size = global_batch_size
-    self.eval_batch_size = eval_batch_size
     self.total_steps = total_steps
-    self.clip_norm = clip_norm
-    self.jit_compile = jit_compile
-    # Per-layer norms and histograms (bertexp.train.layer_summaries); None: off.
-    self.summary_histograms_every = summary_histograms_every
     self.global_step = optimizer.iterations
     with strategy.scope():
       self.train_loss = tf_keras.metrics.Mean("loss")
@@ -255,14 +240,12 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # has its control flow written out (tf.cond, tf.while_loop).
     self._gradient_fn = (tf.function(self._gradients, jit_compile=True,
                                      autograph=False)
-                         if jit_compile else self._gradients)
+                         if settings.jit_compile else self._gradients)
     self._eval_datasets = {}
     self._eval_step_fn = None
     self._loop_start = None
     self.train_dataset = train_dataset
     self.state = state or TrainingState()
-    self.loss_upper_bound = loss_upper_bound
-    self.max_consecutive_bad_steps = max_consecutive_bad_steps
     # Set from a signal-watching thread; read by the loop before each step.
     self.stop_requested = tf.Variable(False, trainable=False)
     self._announced = tf.Variable(False, trainable=False)
@@ -296,7 +279,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     return self.train_loop_end()
 
   def _diverged(self):
-    return self.state.consecutive_bad_steps >= self.max_consecutive_bad_steps
+    return (self.state.consecutive_bad_steps >=
+            self.settings.max_consecutive_bad_steps)
 
   def _stop_requested_anywhere(self):
     """True on every worker when any worker was asked to stop."""
@@ -377,15 +361,16 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # or the norm (and the clip) would be of the pieces, not the gradient.
     grads = [_merge_repeated_rows(g) for g in grads]
     norm = tf.linalg.global_norm(grads)
-    if self.summary_histograms_every:
+    if self.settings.summary_histograms_every:
       self._layer_summaries(grads, variables)
-    if self.clip_norm:
-      grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
+    if self.settings.clip_norm:
+      grads, _ = tf.clip_by_global_norm(grads, self.settings.clip_norm,
+                                        use_norm=norm)
     global_loss = (context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
                    if replicas > 1 else loss)
     loss_ok = tf.math.is_finite(global_loss)
-    if self.loss_upper_bound is not None:
-      loss_ok &= global_loss <= self.loss_upper_bound
+    if self.settings.loss_upper_bound is not None:
+      loss_ok &= global_loss <= self.settings.loss_upper_bound
     finite_grads = tf.math.is_finite(norm)
     # A LossScaleOptimizer must see overflowed gradients (it skips the update
     # and lowers its scale); the clip keeps inf/nan norms non-finite.
@@ -412,7 +397,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     def write():
       layer_summaries.write(step, grads, variables)
       return tf.constant(True)
-    tf.cond(tf.equal(step % self.summary_histograms_every, 0), write,
+    tf.cond(tf.equal(step % self.settings.summary_histograms_every, 0), write,
             lambda: tf.constant(False))
 
   def _dropout_seed(self, context):
@@ -428,7 +413,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     metrics. With accumulation the batch runs as K micro-batches in a
     sequential loop, their gradients summed in float32 (dense); micro-batch
     0 runs first, outside the loop, which tells the None gradients."""
-    k = self.accumulation_steps
+    k = self.settings.gradient_accumulation_steps
     if k == 1:
       loss, grads, outputs = self._gradient_fn(features, labels, totals, seed)
       self.task.update_train_metrics(self.train_metrics, labels, outputs)
@@ -486,7 +471,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     step = self.global_step.read_value()
     bad = self.strategy.run(self._replica_step, args=(features, labels))
     bad = self.strategy.experimental_local_results(bad)[0]
-    self.state.examples_seen.assign_add(self.global_batch_size)
+    self.state.examples_seen.assign_add(self.settings.global_batch_size)
     self.state.nonfinite_steps.assign_add(tf.cast(bad, tf.int64))
     self.state.consecutive_bad_steps.assign(tf.where(
         bad, self.state.consecutive_bad_steps + 1, 0))
@@ -501,7 +486,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     start_time, start_step = self._loop_start
     elapsed = max(time.time() - start_time, 1e-9)
     steps = step - start_step
-    examples_per_second = steps * self.global_batch_size / elapsed
+    examples_per_second = steps * self.settings.global_batch_size / elapsed
     logs = {"loss": self.train_loss.result(),
             "gradient_norm": self.gradient_norm.result(),
             "nonfinite_steps": self.state.nonfinite_steps.read_value(),
@@ -535,7 +520,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     if split not in self._eval_datasets:
       self._eval_datasets[split] = self.strategy.distribute_datasets_from_function(
           lambda ctx: self.task.build_inputs(
-              split, ctx, ctx.get_per_replica_batch_size(self.eval_batch_size)))
+              split, ctx,
+              ctx.get_per_replica_batch_size(self.settings.eval_batch_size)))
     return self._eval_datasets[split]
 
   def _trim(self, features):
@@ -575,7 +561,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
       if time.time() - last_report > PROGRESS_SECONDS:
         last_report = time.time()
         logging.info("%s: %d batches of %d so far", split, i,
-                     self.eval_batch_size)
+                     self.settings.eval_batch_size)
       if bool(self.stop_requested.numpy()):
         raise Preempted(f"stop requested during evaluation of {split!r}")
       outputs = self._eval_step_fn(features, labels)

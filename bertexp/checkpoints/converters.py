@@ -14,7 +14,6 @@ import tensorflow as tf
 from bertexp.checkpoints import run_dir
 from bertexp.data import tokenization
 from bertexp.model import encoders
-from bertexp.model.encoders import bert
 from bertexp.util import fileio
 
 PARITY_TOLERANCE = 1e-5
@@ -40,8 +39,9 @@ class ConversionReport:
 
 # -- Hugging Face --------------------------------------------------------------
 
-def read_safetensors(path):
-  """{name: float32 numpy array} of a safetensors file (a `bert.` prefix dropped)."""
+def read_safetensors(path, prefix="bert"):
+  """{name: float32 numpy array} of a safetensors file, the encoder's module
+  prefix of HF task models (`bert.`, `roberta.`...) dropped."""
   from safetensors import numpy as st_numpy  # only the converter needs it
   with tf.io.gfile.GFile(path, "rb") as f:
     content = f.read()
@@ -53,7 +53,7 @@ def read_safetensors(path):
   tensors = {}
   for name, value in raw.items():
     # BertModel checkpoints have no prefix; task models (BertFor...) use bert.
-    key = name[len("bert."):] if name.startswith("bert.") else name
+    key = name[len(prefix) + 1:] if name.startswith(prefix + ".") else name
     tensors[key] = value.astype(np.float32)
   return tensors
 
@@ -80,12 +80,14 @@ def hf_config(config_path):
                                        source=config_path)
 
 
-def assign(encoder, tensors, assignments):
-  """Copies tensors into the encoder; returns a report of what did not fit."""
+def assign(encoder, tensors, assignments, optional=()):
+  """Copies tensors into the encoder; returns a report of what did not fit.
+  A source in `optional` may be absent (its variable keeps its value)."""
   used, mapped, missing = set(), [], []
   for variable, source, transform in assignments:
     if source not in tensors:
-      missing.append(f"{variable.name} (expected source {source})")
+      if source not in optional:
+        missing.append(f"{variable.name} (expected source {source})")
       continue
     value = tensors[source]
     if transform is not None:
@@ -101,75 +103,10 @@ def assign(encoder, tensors, assignments):
   return ConversionReport(mapped, unmapped, missing, {})
 
 
-# -- independent numpy reference forward pass (HF tensor names) ----------------
-
-def _np_layer_norm(x, gamma, beta, eps):
-  mean = x.mean(-1, keepdims=True)
-  var = ((x - mean) ** 2).mean(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + eps) * gamma + beta
-
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _np_activation(name, x):
-  name = name.lower()
-  if name == "gelu":
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-  if name in ("gelu_tanh", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) *
-                                  (x + 0.044715 * x ** 3)))
-  if name == "relu":
-    return np.maximum(x, 0)
-  if name == "tanh":
-    return np.tanh(x)
-  return x / (1 + np.exp(-x))   # swish / silu
-
-
-def numpy_forward(tensors, config, word_ids, mask, type_ids):
-  """BERT in float64 numpy straight from HF-named tensors (linear: [out, in])."""
-  t = {k: v.astype(np.float64) for k, v in tensors.items()}
-  eps = config.layer_norm_eps
-
-  def linear(x, name):
-    return x @ t[name + ".weight"].T + t[name + ".bias"]
-
-  def layer_norm(x, prefix):
-    gamma, beta = bert.layer_norm_params(tensors, prefix)
-    return _np_layer_norm(x, t[gamma], t[beta], eps)
-
-  seq = word_ids.shape[1]
-  x = (t["embeddings.word_embeddings.weight"][word_ids] +
-       t["embeddings.position_embeddings.weight"][:seq][None] +
-       t["embeddings.token_type_embeddings.weight"][type_ids])
-  x = layer_norm(x, "embeddings.LayerNorm")                         # [B, S, H]
-  b, n = word_ids.shape[0], config.num_attention_heads
-  d = config.hidden_size // n
-  bias = (1.0 - mask[:, None, None, :]) * -10000.0                   # [B,1,1,S]
-  for i in range(config.num_hidden_layers):
-    names = bert.hf_layer_names(i)
-
-    def heads(y):
-      return y.reshape(b, seq, n, d).transpose(0, 2, 1, 3)           # [B,N,S,D]
-    q, k, v = (heads(linear(x, names[p])) for p in ("query", "key", "value"))
-    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias       # [B,N,S,S]
-    scores = np.exp(scores - scores.max(-1, keepdims=True))
-    probs = scores / scores.sum(-1, keepdims=True)
-    context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, seq, -1)  # [B, S, H]
-    x = layer_norm(x + linear(context, names["attention_output"]),
-                   names["attention_layer_norm"])
-    inner = _np_activation(config.hidden_act,
-                           linear(x, names["intermediate"]))         # [B, S, I]
-    x = layer_norm(x + linear(inner, names["output_dense"]),
-                   names["output_layer_norm"])
-  pooled = np.tanh(linear(x[:, 0], "pooler.dense"))                  # [B, H]
-  return {"sequence_output": x, "pooled_output": pooled}
-
-
 def parity_inputs(config, batch=2, seq=16, seed=0):
   """Fixed inputs: random ids, the second row padded after 10 tokens."""
   rng = np.random.RandomState(seed)
-  seq = min(seq, config.max_position_embeddings)
+  seq = min(seq, config.max_seq_length)
   word_ids = rng.randint(0, config.vocab_size, size=[batch, seq]).astype(np.int32)
   mask = np.ones([batch, seq], np.int32)
   mask[1:, seq * 5 // 8:] = 0
@@ -185,13 +122,13 @@ def parity(encoder, reference_fn):
                   "input_type_ids": type_ids}, training=False)
   theirs = reference_fn(word_ids, mask, type_ids)
   real = mask.astype(bool)
-  return {
-      "sequence_output": float(np.max(np.abs(
-          ours["sequence_output"].numpy()[real] -
-          theirs["sequence_output"][real]))),
-      "pooled_output": float(np.max(np.abs(
-          ours["pooled_output"].numpy() - theirs["pooled_output"]))),
-  }
+  diffs = {"sequence_output": float(np.max(np.abs(
+      ours["sequence_output"].numpy()[real] -
+      theirs["sequence_output"][real])))}
+  if "pooled_output" in theirs:      # a family's pooler may be a new layer
+    diffs["pooled_output"] = float(np.max(np.abs(
+        ours["pooled_output"].numpy() - theirs["pooled_output"])))
+  return diffs
 
 
 # -- writing ---------------------------------------------------------------------
@@ -216,13 +153,15 @@ def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
   """
   family = encoders.family_of(config)
   encoder = family.build(config, False).build_variables()
-  report = assign(encoder, tensors, family.hf_assignments(encoder, tensors))
+  report = assign(encoder, tensors, family.hf_assignments(encoder, tensors),
+                  family.hf_optional_sources)
   report.unmapped_source = list(skipped) + report.unmapped_source
   if report.missing:
     raise ValueError(f"{source}: the checkpoint lacks encoder tensors:\n  " +
                      "\n  ".join(report.missing))
   report.max_abs_diff = parity(
-      encoder, lambda *inputs: numpy_forward(tensors, config, *inputs))
+      encoder, lambda *inputs: family.numpy_reference(tensors, config,
+                                                      *inputs))
   for line in report.lines():
     print(line, flush=True)
   worst = max(report.max_abs_diff.values())
@@ -237,7 +176,8 @@ def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
 def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   """HF BERT folder (model.safetensors, config.json, vocab.txt) -> bertexp."""
   config = hf_config(fileio.join(input_dir, "config.json"))
-  tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"))
+  tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"),
+                             encoders.family_of(config).hf_prefix)
   return _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
                   output_dir, tolerance, input_dir)
 

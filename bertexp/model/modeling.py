@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import math
+from typing import ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -33,9 +34,11 @@ class BertConfig:
   type_vocab_size: number of segment ids (2 for sentence pairs).
   initializer_range: stddev of the truncated-normal initializer.
   layer_norm_eps: epsilon of every LayerNorm (1e-12 in BERT).
-  family: the encoder family (bertexp.model.encoders), always "bert" here;
-    a file without it is BERT.
+  family: the encoder family (bertexp.model.encoders), always FAMILY_NAME
+    ("bert" here; a family's subclass sets its own); a file without it is
+    BERT.
   """
+  FAMILY_NAME: ClassVar[str] = "bert"
   vocab_size: int
   hidden_size: int = 768
   num_hidden_layers: int = 12
@@ -62,9 +65,9 @@ class BertConfig:
           not 0 <= value < 1):
         raise ValueError(f"{field.name} must be a number in [0, 1), got "
                          f"{value!r}")
-    if self.family != "bert":
-      raise ValueError(f"family {self.family!r}: a BertConfig is family "
-                       "'bert'")
+    if self.family != self.FAMILY_NAME:
+      raise ValueError(f"family {self.family!r}: a {type(self).__name__} is "
+                       f"family {self.FAMILY_NAME!r}")
     if not isinstance(self.hidden_act, str):
       raise ValueError(f"hidden_act must be a name, got {self.hidden_act!r}")
     if self.hidden_size % self.num_attention_heads:
@@ -77,8 +80,9 @@ class BertConfig:
   def from_dict(cls, values, source="config"):
     known = {f.name for f in dataclasses.fields(cls)}
     if not isinstance(values, dict):
-      raise ValueError(f"{source}: expected a JSON object of BERT config "
-                       f"fields, found {type(values).__name__}")
+      raise ValueError(f"{source}: expected a JSON object of "
+                       f"{cls.FAMILY_NAME} config fields, found "
+                       f"{type(values).__name__}")
     if "vocab_size" not in values:
       raise ValueError(f"{source}: missing required field 'vocab_size'")
     # Extra keys (HF's model_type, pad_token_id...) are not BERT config fields.
@@ -86,6 +90,11 @@ class BertConfig:
       return cls(**{k: v for k, v in values.items() if k in known})
     except ValueError as e:
       raise ValueError(f"{source}: {e}") from None
+
+  @property
+  def max_seq_length(self):
+    """The longest sequence the position table covers."""
+    return self.max_position_embeddings
 
   @classmethod
   def from_json_file(cls, path):
@@ -249,36 +258,48 @@ def keep_mask(shape, rate, seed, dtype):
 
 
 class Embeddings(tf_keras.layers.Layer):
-  """word + position + segment embeddings, LayerNorm, dropout."""
+  """word + position + segment embeddings, LayerNorm, dropout.
+
+  Their width E is `config.embedding_size` where the family has one
+  (ELECTRA, ALBERT: factorised embeddings, projected to H by the encoder),
+  else H.
+  """
 
   def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
     self.config = config
+    self.width = getattr(config, "embedding_size", None) or config.hidden_size
     self.layer_norm = _layer_norm(config, "layer_norm")
     self.dropout = Dropout(config.hidden_dropout_prob)
 
   def build(self, input_shape):
     c = self.config
     self.word_embeddings = self.add_weight(
-        "word_embeddings", [c.vocab_size, c.hidden_size],
+        "word_embeddings", [c.vocab_size, self.width],
         initializer=_initializer(c))
     self.position_embeddings = self.add_weight(
-        "position_embeddings", [c.max_position_embeddings, c.hidden_size],
+        "position_embeddings", [c.max_position_embeddings, self.width],
         initializer=_initializer(c))
     self.type_embeddings = self.add_weight(
-        "type_embeddings", [c.type_vocab_size, c.hidden_size],
+        "type_embeddings", [c.type_vocab_size, self.width],
         initializer=_initializer(c))
     super().build(input_shape)
 
-  def call(self, word_ids, type_ids, training=None, dropout_seed=None):
+  def call(self, word_ids, type_ids, training=None, dropout_seed=None,
+           position_ids=None):
+    """word_ids, type_ids: int32 [B, S]; position_ids: int32 [B, S], or None
+    for 0..S-1 on every row. Returns [B, S, E]."""
     seq_length = tf.shape(word_ids)[1]
-    x = tf.gather(self.word_embeddings, word_ids)                    # [B, S, H]
+    x = tf.gather(self.word_embeddings, word_ids)                    # [B, S, E]
     # A one-hot matmul, not a gather: the table has 2 rows, and a gather's
     # gradient would be B*S sparse rows for the optimizer to scatter.
     one_hot_types = tf.one_hot(type_ids, self.config.type_vocab_size,
                                dtype=self.type_embeddings.dtype)      # [B, S, T]
-    x += tf.matmul(one_hot_types, self.type_embeddings)               # [B, S, H]
-    x += self.position_embeddings[tf.newaxis, :seq_length]           # [1, S, H]
+    x += tf.matmul(one_hot_types, self.type_embeddings)               # [B, S, E]
+    if position_ids is None:
+      x += self.position_embeddings[tf.newaxis, :seq_length]         # [1, S, E]
+    else:
+      x += tf.gather(self.position_embeddings, position_ids)         # [B, S, E]
     x = self.layer_norm(x)
     return self.dropout(x, training=training, seed=dropout_seed)
 
@@ -377,15 +398,26 @@ class BertEncoder(tf_keras.Model):
   Model Garden's BertEncoder offers this as output_range=1, off by default.
   """
 
+  # The pooler: Dense(H) of [CLS]'s row with this activation (BERT's tanh;
+  # a family without a pooler of its own, ELECTRA, uses its classification
+  # head's first layer here).
+  POOLER_ACTIVATION = "tanh"
+
   def __init__(self, config: BertConfig, recompute=False, **kwargs):
     super().__init__(**kwargs)
     self.config = config
     self.recompute = recompute
     self.embeddings = Embeddings(config, name="embeddings")
+    # Factorised embeddings (E < H, ELECTRA and ALBERT) are projected to H.
+    self.embeddings_project = None
+    if self.embeddings.width != config.hidden_size:
+      self.embeddings_project = Dense(
+          config.hidden_size, kernel_initializer=_initializer(config),
+          name="embeddings_project")
     self.blocks = [TransformerBlock(config, name=f"layer_{i}")
                    for i in range(config.num_hidden_layers)]
     self.pooler = Dense(
-        config.hidden_size, activation="tanh",
+        config.hidden_size, activation=self.POOLER_ACTIVATION,
         kernel_initializer=_initializer(config), name="pooler")
 
   def call(self, inputs, training=None, dropout_seed=None, pooled_only=False,
@@ -415,11 +447,20 @@ class BertEncoder(tf_keras.Model):
     0 to attend, -10000 for padding)."""
     mask = tf.cast(inputs["input_mask"], tf.float32)
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
-    x = tf.cast(self.embeddings(
+    x = self.embeddings(
         tf.cast(inputs["input_word_ids"], tf.int32),
         tf.cast(inputs["input_type_ids"], tf.int32), training=training,
-        dropout_seed=fold_seed(dropout_seed, 0)), tf.float32)       # [B, S, H]
-    return x, attention_bias
+        dropout_seed=fold_seed(dropout_seed, 0),
+        position_ids=self.position_ids(inputs["input_mask"]))        # [B, S, E]
+    if self.embeddings_project is not None:
+      x = self.embeddings_project(x)                                 # [B, S, H]
+    return tf.cast(x, tf.float32), attention_bias
+
+  def position_ids(self, input_mask):
+    """int32 [B, S] position of each token in the position table, or None
+    for 0..S-1 on every row (BERT's)."""
+    del input_mask
+    return None
 
   def _call_with_layers(self, x, attention_bias, training, dropout_seed):
     hidden_states, attention_scores = [x], []

@@ -43,11 +43,10 @@ def checked_bert_config(bert_config_file, meta, meta_data_path):
       files).
   """
   config = encoders.read_config(bert_config_file)
-  if meta["max_seq_length"] > config.max_position_embeddings:
+  if meta["max_seq_length"] > config.max_seq_length:
     raise ValueError(
         f"{meta_data_path}: max_seq_length {meta['max_seq_length']} is above "
-        f"max_position_embeddings {config.max_position_embeddings} of "
-        f"{bert_config_file}")
+        f"the {config.max_seq_length} positions of {bert_config_file}")
   if meta.get("vocab_size", config.vocab_size) > config.vocab_size:
     raise ValueError(f"{meta_data_path}: data vocab of {meta['vocab_size']} "
                      f"ids does not fit the model's vocab_size "

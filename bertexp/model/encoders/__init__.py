@@ -47,6 +47,14 @@ class EncoderFamily:
       [(encoder variable, HF tensor name, transform or None)], every
       variable of the encoder once.
     tokenizer: "wordpiece", "sentencepiece" or "byte_bpe".
+    hf_prefix: the module name HF task models put the encoder under
+      ("bert" in BertForSequenceClassification's "bert.embeddings...").
+    numpy_reference: numpy_reference(tensors, config, word_ids, mask,
+      type_ids) -> {"sequence_output", maybe "pooled_output"} in float64
+      from HF-named tensors: what a conversion checks the encoder against.
+    hf_optional_sources: HF tensor names an encoder may lack (a head layer
+      the family's pooler takes when the checkpoint has it); their
+      variables keep their initial values.
   """
   name: str
   config_class: type
@@ -54,6 +62,9 @@ class EncoderFamily:
   hf_model_types: Tuple[str, ...]
   hf_assignments: Callable[[Any, Dict[str, Any]], List[Tuple[Any, str, Any]]]
   tokenizer: str
+  hf_prefix: str
+  numpy_reference: Callable[..., Dict[str, Any]]
+  hf_optional_sources: Tuple[str, ...] = ()
 
 
 def families() -> Dict[str, EncoderFamily]:

@@ -5,31 +5,15 @@ import numpy as np
 
 from bertexp.model import encoders
 from bertexp.model import modeling
+from bertexp.model.encoders import reference
+from bertexp.model.encoders.reference import hf_layer_names
+from bertexp.model.encoders.reference import layer_norm_params
 
 
-def hf_layer_names(i):
-  """{our attribute of block i: Hugging Face's module name}."""
-  p = f"encoder.layer.{i}."
-  return {
-      "query": p + "attention.self.query", "key": p + "attention.self.key",
-      "value": p + "attention.self.value",
-      "attention_output": p + "attention.output.dense",
-      "attention_layer_norm": p + "attention.output.LayerNorm",
-      "intermediate": p + "intermediate.dense", "output_dense": p + "output.dense",
-      "output_layer_norm": p + "output.LayerNorm",
-  }
-
-
-def layer_norm_params(tensors, prefix):
-  """HF LayerNorm is weight/bias in new files, gamma/beta in old ones."""
-  for scale, shift in (("weight", "bias"), ("gamma", "beta")):
-    if f"{prefix}.{scale}" in tensors:
-      return f"{prefix}.{scale}", f"{prefix}.{shift}"
-  return f"{prefix}.weight", f"{prefix}.bias"
-
-
-def hf_assignments(encoder, tensors):
-  """[(keras variable, source name, transform)] for every encoder variable."""
+def hf_assignments(encoder, tensors, pooler="pooler.dense"):
+  """[(keras variable, source name, transform)] for every encoder variable
+  (sources: HF names without the model prefix); `pooler`: the HF module
+  that holds the pooler's dense layer."""
   pairs = []
   emb = encoder.embeddings
   pairs += [(emb.word_embeddings, "embeddings.word_embeddings.weight", None),
@@ -39,6 +23,10 @@ def hf_assignments(encoder, tensors):
              None)]
   gamma, beta = layer_norm_params(tensors, "embeddings.LayerNorm")
   pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
+  if encoder.embeddings_project is not None:
+    pairs += [(encoder.embeddings_project.kernel, "embeddings_project.weight",
+               np.transpose),
+              (encoder.embeddings_project.bias, "embeddings_project.bias", None)]
   for i, block in enumerate(encoder.blocks):
     for attr, source in hf_layer_names(i).items():
       layer = getattr(block, attr)
@@ -48,9 +36,14 @@ def hf_assignments(encoder, tensors):
       else:  # PyTorch Linear stores [out, in]; Keras Dense kernels are [in, out]
         pairs += [(layer.kernel, source + ".weight", np.transpose),
                   (layer.bias, source + ".bias", None)]
-  pairs += [(encoder.pooler.kernel, "pooler.dense.weight", np.transpose),
-            (encoder.pooler.bias, "pooler.dense.bias", None)]
+  pairs += [(encoder.pooler.kernel, pooler + ".weight", np.transpose),
+            (encoder.pooler.bias, pooler + ".bias", None)]
   return pairs
+
+
+def numpy_reference(tensors, config, word_ids, mask, type_ids):
+  """BERT in float64 numpy from HF-named tensors (see reference.forward)."""
+  return reference.forward(tensors, config, word_ids, mask, type_ids)
 
 
 def build(config, recompute=False):
@@ -61,4 +54,4 @@ def build(config, recompute=False):
 FAMILY = encoders.EncoderFamily(
     name="bert", config_class=modeling.BertConfig, build=build,
     hf_model_types=("bert",), hf_assignments=hf_assignments,
-    tokenizer="wordpiece")
+    tokenizer="wordpiece", hf_prefix="bert", numpy_reference=numpy_reference)

@@ -137,11 +137,11 @@ class PretrainingTask(base.RecordTask):
                        "data was made with (bertexp prepare pretraining "
                        "writes it)")
     vocab = len(fileio.read_text(self.meta["vocab_file"]).split())
-    if vocab > config.vocab_size or self.seq > config.max_position_embeddings:
+    if vocab > config.vocab_size or self.seq > config.max_seq_length:
       raise ValueError(
           f"{self.meta_data_path}: data needs vocab {vocab} and {self.seq} "
           f"positions; {self.bert_config_file} has {config.vocab_size} and "
-          f"{config.max_position_embeddings}")
+          f"{config.max_seq_length}")
     return PretrainingModel(encoders.build_encoder(config), seed=self.seed,
                             name="pretraining_model").build_variables(self.predictions)
 

@@ -5,6 +5,7 @@ reads a BertConfig directly, so a new family is one module."""
 import ast
 import json
 import os
+import pkgutil
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_an_unknown_family_is_a_one_line_error_naming_file_and_families(
   with pytest.raises(ValueError) as error:
     encoders.read_config(path)
   assert str(error.value) == (f"{path}: encoder family 'funnel' is not one "
-                              "of ['bert']")
+                              "of ['bert', 'electra', 'roberta']")
 
 
 def test_an_unsupported_hugging_face_model_type_is_a_one_line_error(tmp_path):
@@ -49,7 +50,8 @@ def test_an_unsupported_hugging_face_model_type_is_a_one_line_error(tmp_path):
   with pytest.raises(ValueError) as error:
     converters.hf_config(path)
   assert str(error.value) == (f"{path}: model_type 'funnel' is not "
-                              "supported (supported: ['bert'])")
+                              "supported (supported: ['bert', 'electra', 'roberta', "
+                                  "'xlm-roberta'])")
 
 
 @pytest.mark.parametrize("name", sorted(encoders.families()))
@@ -67,9 +69,12 @@ def test_each_family_maps_every_encoder_variable_to_hugging_face_once(name):
   assert len(set(sources)) == len(sources)
 
 
-# Only the family modules (and modeling, which defines BERT's classes) may
-# construct an encoder class or read its config class directly.
-FAMILY_MODULES = ("bertexp.model.modeling", "bertexp.model.encoders.bert")
+# Only the family modules (and modeling, which defines BERT's classes, the
+# base of the BERT-shaped families) may construct an encoder class or read
+# its config class directly.
+FAMILY_MODULES = ("bertexp.model.modeling",) + tuple(
+    f"bertexp.model.encoders.{info.name}"
+    for info in pkgutil.iter_modules(encoders.__path__))
 DIRECT = {"BertEncoder", "BertConfig"}
 
 

@@ -1,0 +1,71 @@
+"""The RoBERTa family (and XLM-RoBERTa, the same network): BERT's blocks
+and pooler; positions counted from `pad_token_id` + 1 over the real tokens
+(padding takes the pad row), one token type, LayerNorm epsilon 1e-5.
+Byte-level BPE (RoBERTa) or SentencePiece (XLM-R) tokenization.
+"""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from bertexp.model import encoders
+from bertexp.model import modeling
+from bertexp.model.encoders import bert
+from bertexp.model.encoders import reference
+
+
+@dataclasses.dataclass
+class RobertaConfig(modeling.BertConfig):
+  """BertConfig's fields and `pad_token_id` (the position table's padding
+  row; real tokens take rows pad_token_id + 1, + 2, ...)."""
+  FAMILY_NAME = "roberta"
+  pad_token_id: int = 1
+  max_position_embeddings: int = 514
+  type_vocab_size: int = 1
+  layer_norm_eps: float = 1e-5
+  family: str = "roberta"
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.pad_token_id + 2 > self.max_position_embeddings:
+      raise ValueError(f"pad_token_id {self.pad_token_id} leaves no position "
+                       f"rows in max_position_embeddings "
+                       f"{self.max_position_embeddings}")
+
+  @property
+  def max_seq_length(self):
+    """The longest sequence the position table covers."""
+    return self.max_position_embeddings - self.pad_token_id - 1
+
+
+def position_ids(input_mask, pad_token_id):
+  """Hugging Face's RoBERTa positions: pad_token_id + 1 + (index among the
+  real tokens) for a real token, pad_token_id for padding; int [B, S]."""
+  mask = np.asarray(input_mask).astype(np.int64)
+  return np.cumsum(mask, axis=1) * mask + pad_token_id
+
+
+class RobertaEncoder(modeling.BertEncoder):
+  """BertEncoder with RoBERTa's position ids."""
+
+  def position_ids(self, input_mask):
+    mask = tf.cast(input_mask, tf.int32)                             # [B, S]
+    return tf.cumsum(mask, axis=1) * mask + self.config.pad_token_id
+
+
+def build(config, recompute=False):
+  """A RobertaEncoder named "encoder" (variables created on first call)."""
+  return RobertaEncoder(config, recompute=recompute, name="encoder")
+
+
+def numpy_reference(tensors, config, word_ids, mask, type_ids):
+  """RoBERTa in float64 numpy."""
+  return reference.forward(tensors, config, word_ids, mask, type_ids,
+                           position_ids=position_ids(mask, config.pad_token_id))
+
+
+FAMILY = encoders.EncoderFamily(
+    name="roberta", config_class=RobertaConfig, build=build,
+    hf_model_types=("roberta", "xlm-roberta"),
+    hf_assignments=bert.hf_assignments, tokenizer="byte_bpe",
+    hf_prefix="roberta", numpy_reference=numpy_reference)

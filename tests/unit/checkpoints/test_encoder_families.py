@@ -1,0 +1,82 @@
+"""Encoder families from Hugging Face folders: `convert-checkpoint
+--from=huggingface` then `bertexp.load_encoder(folder)` gives what
+transformers computed from the same random weights (tests/golden/families,
+made by tools/make_family_fixtures.py) on a padded batch of sentence pairs,
+every position, to 1e-4."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import bertexp
+from bertexp import cli
+from conftest import TESTS
+
+GOLDEN = os.path.join(TESTS, "golden", "families")
+MODEL_TYPES = sorted(os.listdir(GOLDEN))
+TOLERANCE = 1e-4
+
+
+def _convert(model_type, output):
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={os.path.join(GOLDEN, model_type)}",
+                   f"--output={output}"]) == 0
+  return bertexp.load_encoder(output)
+
+
+def _outputs(encoder, golden):
+  return encoder({"input_word_ids": golden["input_ids"].astype(np.int32),
+                  "input_mask": golden["attention_mask"].astype(np.int32),
+                  "input_type_ids": golden["token_type_ids"].astype(np.int32)},
+                 training=False)
+
+
+def test_every_family_has_a_fixture():
+  assert set(MODEL_TYPES) == {"bert", "electra", "roberta", "xlm-roberta"}
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_converted_encoder_equals_transformers_on_padded_pairs(model_type,
+                                                               tmp_path):
+  golden = np.load(os.path.join(GOLDEN, model_type, "outputs.npz"))
+  encoder = _convert(model_type, str(tmp_path / "out"))
+  ours = _outputs(encoder, golden)
+  expected = golden["last_hidden_state"]
+  np.testing.assert_allclose(ours["sequence_output"].numpy(), expected,
+                             atol=TOLERANCE, rtol=0)
+  np.testing.assert_allclose(ours["pooled_output"].numpy(),
+                             golden["pooler_output"], atol=TOLERANCE, rtol=0)
+  # Far from trivially equal: the outputs spread well beyond the tolerance.
+  assert np.std(expected) > 1000 * TOLERANCE
+  with open(tmp_path / "out" / "bert_config.json") as f:
+    family = json.load(f)["family"]
+  assert family == {"xlm-roberta": "roberta"}.get(model_type, model_type)
+
+
+def test_electra_without_a_classification_head_gets_a_new_pooler(tmp_path):
+  """An ElectraModel checkpoint (no classifier.dense) converts: the encoder
+  equals transformers, the pooler is newly initialised and said so."""
+  source = tmp_path / "electra"
+  shutil.copytree(os.path.join(GOLDEN, "electra"), source)
+  from safetensors import numpy as st_numpy
+  tensors = st_numpy.load_file(str(source / "model.safetensors"))
+  st_numpy.save_file({k: v for k, v in tensors.items()
+                      if not k.startswith("classifier.")},
+                     str(source / "model.safetensors"))
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={source}", f"--output={tmp_path / 'out'}"]) == 0
+  golden = np.load(source / "outputs.npz")
+  ours = _outputs(bertexp.load_encoder(str(tmp_path / "out")), golden)
+  np.testing.assert_allclose(ours["sequence_output"].numpy(),
+                             golden["last_hidden_state"], atol=TOLERANCE)
+  assert np.abs(ours["pooled_output"].numpy() -
+                golden["pooler_output"]).max() > 100 * TOLERANCE
+
+
+def test_roberta_positions_start_after_the_pad_row():
+  from bertexp.model.encoders import roberta
+  mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]])
+  np.testing.assert_array_equal(roberta.position_ids(mask, 1),
+                                [[2, 3, 4, 1], [2, 3, 4, 5]])

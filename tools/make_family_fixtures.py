@@ -1,0 +1,112 @@
+"""Writes tests/golden/families/<model_type>/: a small random Hugging Face
+model of each encoder family bertexp converts (config.json,
+model.safetensors, the tokenizer files its family reads) and what
+transformers computes from it (outputs.npz: ids, mask, types,
+last_hidden_state, pooler_output where the model has one) on a padded
+batch of sentence pairs — numbers from an implementation that shares no
+code with bertexp's encoders.
+
+Made once, outside the project's environment (transformers and torch are not
+bertexp dependencies):
+    python3 -m venv /tmp/hfvenv
+    /tmp/hfvenv/bin/pip install torch==2.13.0 transformers==5.25.0 safetensors
+    /tmp/hfvenv/bin/python tools/make_family_fixtures.py tests/golden/families
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+
+VOCAB = 99
+SHAPE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=48, max_position_embeddings=40,
+             hidden_act="gelu", hidden_dropout_prob=0.1,
+             attention_probs_dropout_prob=0.1)
+# Per model_type: (config class, model class, extra config fields, the
+# encoder's token ids: (cls, sep, pad) and whether pairs are A </s></s> B).
+FAMILIES = {
+    "bert": (transformers.BertConfig, transformers.BertModel,
+             dict(type_vocab_size=2), (2, 3, 0), False),
+    "electra": (transformers.ElectraConfig,
+                transformers.ElectraForSequenceClassification,
+                dict(type_vocab_size=2, embedding_size=16, num_labels=3),
+                (2, 3, 0), False),
+    "roberta": (transformers.RobertaConfig, transformers.RobertaModel,
+                dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+                     eos_token_id=2, layer_norm_eps=1e-5,
+                     max_position_embeddings=42), (0, 2, 1), True),
+    "xlm-roberta": (transformers.XLMRobertaConfig,
+                    transformers.XLMRobertaModel,
+                    dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+                         eos_token_id=2, layer_norm_eps=1e-5,
+                         max_position_embeddings=42), (0, 2, 1), True),
+}
+
+
+def pair_batch(rng, cls, sep, pad, double_sep, seq=28):
+  """Three rows of [CLS] A [SEP] B [SEP] (RoBERTa-style: <s> A </s></s> B
+  </s>), padded to `seq` with different lengths; word ids avoid the
+  special ids."""
+  ids = np.full([3, seq], pad, np.int64)
+  mask = np.zeros([3, seq], np.int64)
+  types = np.zeros([3, seq], np.int64)
+  for row, (a, b) in enumerate([(5, 7), (9, 12), (3, 4)]):
+    words = lambda n: list(rng.integers(5, VOCAB, size=n))
+    tokens = [cls] + words(a) + [sep] + ([sep] if double_sep else [])
+    first = len(tokens)
+    tokens += words(b) + [sep]
+    ids[row, :len(tokens)] = tokens
+    mask[row, :len(tokens)] = 1
+    if not double_sep:
+      types[row, first:len(tokens)] = 1
+  return ids, mask, types
+
+
+def write_vocab(folder):
+  """A WordPiece vocab.txt of VOCAB entries with BERT's special tokens."""
+  words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  words += [f"w{i}" for i in range(VOCAB - len(words))]
+  with open(os.path.join(folder, "vocab.txt"), "w") as f:
+    f.write("\n".join(words) + "\n")
+
+
+def main(root):
+  for model_type, (config_class, model_class, extra, special,
+                   double_sep) in FAMILIES.items():
+    torch.manual_seed(0)
+    config = config_class(vocab_size=VOCAB, **dict(SHAPE, **extra))
+    model = model_class(config).eval()
+    folder = os.path.join(root, model_type)
+    os.makedirs(folder, exist_ok=True)
+    model.save_pretrained(folder)
+    write_vocab(folder)
+    ids, mask, types = pair_batch(np.random.default_rng(1), *special,
+                                  double_sep)
+    inputs = dict(input_ids=torch.tensor(ids),
+                  attention_mask=torch.tensor(mask),
+                  token_type_ids=torch.tensor(types))
+    with torch.no_grad():
+      if model_type == "electra":      # the discriminator and its head
+        base = model.electra(**inputs).last_hidden_state
+        first = base[:, 0]
+        pooled = torch.nn.functional.gelu(model.classifier.dense(first))
+        outputs = dict(last_hidden_state=base.numpy(),
+                       pooler_output=pooled.numpy())
+      else:
+        out = model(**inputs)
+        outputs = dict(last_hidden_state=out.last_hidden_state.numpy(),
+                       pooler_output=out.pooler_output.numpy())
+    np.savez(os.path.join(folder, "outputs.npz"), input_ids=ids,
+             attention_mask=mask, token_type_ids=types, **outputs)
+    with open(os.path.join(folder, "made_by.json"), "w") as f:
+      json.dump({"transformers": transformers.__version__,
+                 "torch": torch.__version__, "model_class":
+                 model_class.__name__}, f, indent=1)
+    print(model_type, {k: v.shape for k, v in outputs.items()})
+
+
+if __name__ == "__main__":
+  main(sys.argv[1])

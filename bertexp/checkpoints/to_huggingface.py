@@ -209,14 +209,17 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
     (the transformers architecture, {HF name: array}).
   Raises:
     FileNotFoundError: no config, vocabulary or checkpoint.
-    ValueError: no encoder in the checkpoint, or a layer count other than
-      the config's.
+    ValueError: no encoder in the checkpoint, a layer count other than
+      the config's, or an encoder family other than BERT.
   """
   from safetensors.numpy import save as save_safetensors
   checkpoint, run_folder = _checkpoint_prefix(input_path)
   bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
                                            bert_config_file, vocab_file)
   config = encoders.read_config(bert_config_file)
+  if config.family != "bert":
+    raise ValueError(f"{bert_config_file}: --to=huggingface writes the BERT "
+                     f"family; family {config.family!r} is not supported")
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   prefix = ("model/encoder/" if any(k.startswith("model/encoder/") for k in shapes)

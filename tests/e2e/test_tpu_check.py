@@ -1,9 +1,10 @@
 """The TPU check (runtime/tpu_check.gin: 8 CPU replicas, XLA, static
 shapes): every shipped TPU experiment (or, for a file that differs from
 another only in macro values, that other file), with only data and model
-paths bound to the fixtures, runs in float32 against the same file on one
-replica (equal by the strategy matrix's rules) and, for the file of each
-kind of step, as shipped in bfloat16 (it compiles and trains). Its own file, so that the
+paths bound to the fixtures, runs in float32 on XLA replicas against the
+same file on one replica (equal by the strategy matrix's rules) and, for
+the file of each kind of step, as shipped in bfloat16 on 8 replicas (it
+compiles and trains). Its own file, so that the
 test workers share its runs with the strategy matrix's."""
 import concurrent.futures
 import glob
@@ -49,6 +50,20 @@ PREDICT_ON_TPU_CHECK = ("experiments/glue/mnli_tpu.gin",
 TEACHERS = {"experiments/glue/mrpc_distill_tpu.gin":
             "experiments/glue/mrpc_tpu.gin"}
 TPU_CORES = 8
+# The float32 equality runs on the TPU check's 8 replicas for the
+# classification file (three eval and test splits, predictions: every path
+# of splitting, padding and gathering a global batch 8 ways) and on 2 XLA
+# replicas for the other kinds of step (their heads, losses and eval
+# outputs go through the same split, pad and gather code; each 8-replica
+# process costs about four times a 2-replica one, mostly per-replica graph
+# building). Every file as shipped runs on 8 (SHIPPED_RUNS).
+EQUALITY_REPLICAS = {"experiments/glue/mnli_tpu.gin": TPU_CORES}
+OTHER_EQUALITY_REPLICAS = 2
+
+
+def equality_replicas(gin_file):
+  """The replicas of `gin_file`'s float32 equality run."""
+  return EQUALITY_REPLICAS.get(gin_file, OTHER_EQUALITY_REPLICAS)
 # As shipped (bfloat16) for the file of each kind of step that is the
 # superset of its kind: mnli_tpu.gin (mrpc_tpu.gin's classification plus
 # extra eval and test splits), squad_v2_tpu.gin (v1.1's span step plus null
@@ -68,7 +83,8 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
   on the TPU check's 8 replicas with XLA; or, for the equality check,
   trained, evaluated (and predicting, for PREDICT_ON_TPU_CHECK) in float32
   at mf.LEARNING_RATE for TPU_FLOAT32_STEPS with dropout off and a fixed
-  data order, on the same 8 replicas or on the default strategy."""
+  data order, on equality_replicas(gin_file) XLA replicas or on the default
+  strategy."""
   params = dict(spec["tpu"][gin_file], MODEL_DIR=model_dir, TRAIN_STEPS=2)
   extra = []
   if float32:
@@ -81,7 +97,8 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
         ["TPU_ADDRESS=None"] if gin_file in TPU_EXPERIMENTS else [])
   else:
     gin_files.append("runtime/tpu_check.gin")
-    params["CPU_REPLICAS"] = TPU_CORES
+    params["CPU_REPLICAS"] = (equality_replicas(gin_file) if float32
+                              else TPU_CORES)
   mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
           "train_and_eval") if float32 else "train"
   return mf.train_args(gin_files, params, extra, mode=mode)
@@ -91,7 +108,7 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
 def tpu_check_runs(fixtures, tmp_path_factory):
   """Starts every TPU-check run at once, two processes at a time, while the
   other cells run here. Per shipped TPU file: as shipped on 8 replicas
-  ("shipped"), in float32 on 8 replicas ("float32") and in float32 on one
+  ("shipped"), in float32 on equality_replicas ("float32") and in float32 on one
   ("one_replica"); each a new `bertexp train` process (cpu_replicas splits
   the CPU into 8 before TensorFlow starts). Returns {gin_file: {run:
   (params, future)}}; most of a run's minute is single-threaded graph
@@ -170,18 +187,21 @@ def test_a_covered_tpu_file_differs_from_its_cell_only_in_macro_values(
 
 @pytest.mark.parametrize("gin_file", TPU_CHECK_CELLS)
 def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
-  """The shipped file on 8 XLA replicas in float32 gives the weights, loss,
-  gradient norm, metrics and predictions of the same file on one replica:
-  what the TPU check adds (8-way split batches, XLA, static shapes) changes
-  no number beyond float noise, and each kernel moved far more than that."""
+  """The shipped file on the TPU check's XLA replicas (8 for
+  classification, 2 for the other steps: EQUALITY_REPLICAS) in float32
+  gives the weights, loss, gradient norm, metrics and predictions of the
+  same file on one replica: what the TPU check adds (split batches, XLA,
+  static shapes) changes no number beyond float noise, and each kernel
+  moved far more than that."""
   runs = tpu_check_runs[gin_file]
   for _, future in runs.values():
     future.result()
   ours = runs["float32"][0]["MODEL_DIR"]
   reference = runs["one_replica"][0]["MODEL_DIR"]
+  replicas = equality_replicas(gin_file)
   config = open(os.path.join(ours, "config.gin")).read()
-  assert f"CPU_REPLICAS = {TPU_CORES}" in config and "jit_compile = True" in config
-  assert mf.summary(ours)["replicas"] == TPU_CORES
+  assert f"CPU_REPLICAS = {replicas}" in config and "jit_compile = True" in config
+  assert mf.summary(ours)["replicas"] == replicas
   assert mf.summary(reference)["replicas"] == 1
   mf.assert_equal_runs(
       ours, reference, runs["float32"][0].get("INIT_CHECKPOINT"),

@@ -80,3 +80,14 @@ def test_roberta_positions_start_after_the_pad_row():
   mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]])
   np.testing.assert_array_equal(roberta.position_ids(mask, 1),
                                 [[2, 3, 4, 1], [2, 3, 4, 5]])
+
+
+def test_export_to_huggingface_of_another_family_is_a_one_line_error(
+    tmp_path, capsys):
+  _convert("roberta", str(tmp_path / "out"))
+  assert cli.main(["convert-checkpoint", "--to=huggingface",
+                   f"--input={tmp_path / 'out'}",
+                   f"--output={tmp_path / 'hf'}"]) != 0
+  error = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "family 'roberta' is not supported" in error
+  assert not os.path.exists(tmp_path / "hf")

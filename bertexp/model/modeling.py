@@ -449,12 +449,16 @@ class BertEncoder(tf_keras.Model):
     attention_bias = (1.0 - mask[:, tf.newaxis, tf.newaxis, :]) * -10000.0
     x = self.embeddings(
         tf.cast(inputs["input_word_ids"], tf.int32),
-        tf.cast(inputs["input_type_ids"], tf.int32), training=training,
+        self.token_type_ids(inputs), training=training,
         dropout_seed=fold_seed(dropout_seed, 0),
         position_ids=self.position_ids(inputs["input_mask"]))        # [B, S, E]
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)                                 # [B, S, H]
     return tf.cast(x, tf.float32), attention_bias
+
+  def token_type_ids(self, inputs):
+    """int32 [B, S] rows of the token-type table (BERT's: input_type_ids)."""
+    return tf.cast(inputs["input_type_ids"], tf.int32)
 
   def position_ids(self, input_mask):
     """int32 [B, S] position of each token in the position table, or None

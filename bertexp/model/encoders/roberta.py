@@ -1,6 +1,7 @@
 """The RoBERTa family (and XLM-RoBERTa, the same network): BERT's blocks
 and pooler; positions counted from `pad_token_id` + 1 over the real tokens
-(padding takes the pad row), one token type, LayerNorm epsilon 1e-5.
+(padding takes the pad row), one token type (input_type_ids are not read),
+LayerNorm epsilon 1e-5.
 Byte-level BPE (RoBERTa) or SentencePiece (XLM-R) tokenization.
 """
 import dataclasses
@@ -46,7 +47,13 @@ def position_ids(input_mask, pad_token_id):
 
 
 class RobertaEncoder(modeling.BertEncoder):
-  """BertEncoder with RoBERTa's position ids."""
+  """BertEncoder with RoBERTa's position ids and no token types: every
+  token takes the one type row, whatever input_type_ids says (data
+  prepared with segment ids for pairs reads as RoBERTa's tokenizer would
+  have made it)."""
+
+  def token_type_ids(self, inputs):
+    return tf.zeros_like(tf.cast(inputs["input_word_ids"], tf.int32))
 
   def position_ids(self, input_mask):
     mask = tf.cast(input_mask, tf.int32)                             # [B, S]

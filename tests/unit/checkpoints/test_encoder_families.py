@@ -91,3 +91,15 @@ def test_export_to_huggingface_of_another_family_is_a_one_line_error(
   error = capsys.readouterr().err.strip().splitlines()[-1]
   assert "family 'roberta' is not supported" in error
   assert not os.path.exists(tmp_path / "hf")
+
+
+def test_roberta_reads_no_token_types(tmp_path):
+  """Data prepared with segment ids for pairs gives RoBERTa's outputs (its
+  tokenizer makes no token types; a type id of 1 would find no row)."""
+  golden = np.load(os.path.join(GOLDEN, "roberta", "outputs.npz"))
+  encoder = _convert("roberta", str(tmp_path / "out"))
+  types = np.zeros_like(golden["token_type_ids"])
+  types[:, 10:] = 1
+  ours = _outputs(encoder, dict(golden, token_type_ids=types))
+  np.testing.assert_allclose(ours["sequence_output"].numpy(),
+                             golden["last_hidden_state"], atol=TOLERANCE)

@@ -75,10 +75,14 @@ class Head:
 
 
 def encoder_parameters(config):
-  """Parameters of bertexp's BertEncoder (embeddings, blocks, pooler)."""
+  """Parameters of bertexp's BERT-shaped encoders (embeddings of width E,
+  their projection to H when E differs, blocks, pooler)."""
   h, i = config.hidden_size, config.intermediate_size
+  e = getattr(config, "embedding_size", None) or h
   embeddings = (config.vocab_size + config.max_position_embeddings +
-                config.type_vocab_size) * h + 2 * h
+                config.type_vocab_size) * e + 2 * e
+  if e != h:
+    embeddings += e * h + h
   block = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
   return embeddings + config.num_hidden_layers * block + h * h + h
 

@@ -8,6 +8,8 @@ Weight decay skips LayerNorm and bias variables, and so does LAMB's layer-wise
 trust ratio (as Model Garden's LAMB). Gradient clipping is done once, in the
 trainer, on the global norm of the gradient summed over replicas.
 """
+import re
+
 import gin
 import tensorflow as tf
 import tf_keras
@@ -50,22 +52,74 @@ def is_excluded(variable):
   return any(name in variable.name for name in NO_DECAY)
 
 
-class AdamW(tf_keras.optimizers.AdamW):
-  """Keras' AdamW (same slots, checkpoints, weight decay and update rule:
-  w -= lr·√(1-β2^t)/(1-β1^t)·m/(√v+ε)) with each variable's Adam update as one
-  fused kernel (ResourceApplyAdam, also compiled by XLA). Keras runs it as
+def layer_rates(variables, layer_decay):
+  """{variable name: learning-rate multiplier} of layer-wise decay (ELECTRA's
+  and DeBERTa's fine-tuning recipe): with L Transformer blocks, block i
+  (a `layer_<i>/` in the name) trains at layer_decay^(L - i), the
+  embeddings and their projection at layer_decay^(L + 1), everything else
+  (pooler, task heads) at 1.
+
+  Raises:
+    ValueError: layer_decay outside (0, 1], or no `layer_<i>/` variable.
+  """
+  if not 0 < layer_decay <= 1:
+    raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay!r}")
+  blocks = [int(m.group(1)) for v in variables
+            for m in [_BLOCK.search(v.name)] if m]
+  if not blocks:
+    raise ValueError("layer_decay: the model has no Transformer blocks "
+                     "(no variable under layer_<i>/)")
+  depth = max(blocks) + 1
+  rates = {}
+  for variable in variables:
+    block = _BLOCK.search(variable.name)
+    if block:
+      rates[variable.name] = layer_decay ** (depth - int(block.group(1)))
+    elif "/embeddings" in variable.name:
+      rates[variable.name] = layer_decay ** (depth + 1)
+    else:
+      rates[variable.name] = 1.0
+  return rates
+
+
+_BLOCK = re.compile(r"(?:^|/)layer_(\d+)/")
+
+
+class AdamW(tf_keras.optimizers.Adam):
+  """Adam with decoupled weight decay (Keras' AdamW: the same slots,
+  checkpoints and update rule, w -= lr·wd·w then
+  w -= lr·√(1-β2^t)/(1-β1^t)·m/(√v+ε)), each variable's Adam update as one
+  fused kernel (ResourceApplyAdam, also compiled by XLA); Keras runs it as
   about ten element-wise ops per variable, each a pass over memory: on the
-  CPU that made the optimizer 2-3x slower (tools/profile_step.py).
+  CPU that made the optimizer 2-3x slower (tools/profile_step.py). Weight
+  decay skips `is_excluded` variables. With `layer_decay`, each variable's
+  learning rate (its update and its weight decay) is scaled by
+  `layer_rates`.
 
   A sparse gradient (the word embedding's IndexedSlices) is made dense first:
   every row's moments decay every step, as in Keras' sparse path and
   google-research/bert (not "lazy" Adam).
   """
 
+  def __init__(self, learning_rate, weight_decay=0.01, layer_decay=None,
+               **kwargs):
+    super().__init__(learning_rate=learning_rate, **kwargs)
+    self.decoupled_weight_decay = weight_decay
+    self.layer_decay = layer_decay
+    self._rates = {}
+
+  def build(self, var_list):
+    super().build(var_list)
+    if self.layer_decay is not None:
+      self._rates = layer_rates(var_list, self.layer_decay)
+
   def update_step(self, gradient, variable):
-    if self.amsgrad:
-      return super().update_step(gradient, variable)
     dtype = variable.dtype
+    lr = tf.cast(self.learning_rate, dtype) * self._rates.get(variable.name,
+                                                              1.0)
+    if self.decoupled_weight_decay and not is_excluded(variable):
+      variable.assign_sub(variable * tf.cast(self.decoupled_weight_decay,
+                                             dtype) * lr)
     step = tf.cast(self.iterations + 1, dtype)
     beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
     index = self._index_dict[self._var_key(variable)]
@@ -73,9 +127,15 @@ class AdamW(tf_keras.optimizers.AdamW):
         var=variable.handle, m=self._momentums[index].handle,
         v=self._velocities[index].handle,
         beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
-        lr=tf.cast(self.learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+        lr=lr, beta1=beta_1, beta2=beta_2,
         epsilon=tf.cast(self.epsilon, dtype),
         grad=tf.convert_to_tensor(gradient))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({"weight_decay": self.decoupled_weight_decay,
+                   "layer_decay": self.layer_decay})
+    return config
 
 
 class Lamb(tf_keras.optimizers.Optimizer):
@@ -137,19 +197,25 @@ class Lamb(tf_keras.optimizers.Optimizer):
 def create_optimizer(num_train_steps, num_warmup_steps, *,
                      learning_rate=gin.REQUIRED, kind="adamw",
                      end_learning_rate=0.0, weight_decay=0.01, beta_1=0.9,
-                     beta_2=0.999, epsilon=1e-6):
+                     beta_2=0.999, epsilon=1e-6, layer_decay=None):
   """BERT's optimizer. Call inside strategy.scope(): it creates variables.
 
   The run derives num_train_steps and num_warmup_steps from the data size.
+  layer_decay (AdamW only; e.g. 0.8 in ELECTRA's and 0.9 in DeBERTa's GLUE
+  recipes): lower learning rates for lower blocks, see `layer_rates`.
+
+  Raises:
+    ValueError: an unknown kind, or layer_decay with LAMB.
   """
   schedule = WarmupPolynomialDecay(learning_rate, num_train_steps,
                                    num_warmup_steps, end_learning_rate)
   if kind == "adamw":
-    optimizer = AdamW(
-        learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1,
-        beta_2=beta_2, epsilon=epsilon)
-    optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
-    return optimizer
+    return AdamW(learning_rate=schedule, weight_decay=weight_decay,
+                 layer_decay=layer_decay, beta_1=beta_1, beta_2=beta_2,
+                 epsilon=epsilon)
+  if layer_decay is not None:
+    raise ValueError("bertexp.create_optimizer.layer_decay is an AdamW "
+                     f"option; kind is {kind!r}")
   if kind == "lamb":
     return Lamb(schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                 weight_decay=weight_decay)

@@ -9,9 +9,12 @@ import shutil
 
 import numpy as np
 import pytest
+from safetensors import numpy as st_numpy
 
 import bertexp
 from bertexp import cli
+from bertexp.model import memory_plan
+from bertexp.model.encoders import roberta
 from conftest import TESTS
 
 GOLDEN = os.path.join(TESTS, "golden", "families")
@@ -60,7 +63,6 @@ def test_electra_without_a_classification_head_gets_a_new_pooler(tmp_path):
   equals transformers, the pooler is newly initialised and said so."""
   source = tmp_path / "electra"
   shutil.copytree(os.path.join(GOLDEN, "electra"), source)
-  from safetensors import numpy as st_numpy
   tensors = st_numpy.load_file(str(source / "model.safetensors"))
   st_numpy.save_file({k: v for k, v in tensors.items()
                       if not k.startswith("classifier.")},
@@ -76,7 +78,6 @@ def test_electra_without_a_classification_head_gets_a_new_pooler(tmp_path):
 
 
 def test_roberta_positions_start_after_the_pad_row():
-  from bertexp.model.encoders import roberta
   mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]])
   np.testing.assert_array_equal(roberta.position_ids(mask, 1),
                                 [[2, 3, 4, 1], [2, 3, 4, 5]])
@@ -103,3 +104,10 @@ def test_roberta_reads_no_token_types(tmp_path):
   ours = _outputs(encoder, dict(golden, token_type_ids=types))
   np.testing.assert_allclose(ours["sequence_output"].numpy(),
                              golden["last_hidden_state"], atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_memory_plan_counts_each_familys_parameters(model_type, tmp_path):
+  encoder = _convert(model_type, str(tmp_path / "out"))
+  built = sum(int(np.prod(w.shape)) for w in encoder.weights)
+  assert memory_plan.encoder_parameters(encoder.config) == built

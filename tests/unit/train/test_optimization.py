@@ -171,3 +171,79 @@ def test_lamb_sparse_gradient_equals_its_dense_form():
 def test_unknown_optimizer_kind():
   with pytest.raises(ValueError, match="optimizer kind 'sgd'"):
     optimization.create_optimizer(10, 0, learning_rate=0.1, kind="sgd")
+
+
+def _one_adamw_step(model, features, labels, layer_decay, strategy):
+  """The change of each variable (by name) after one AdamW step of the
+  classifier's loss; weight decay 0.1."""
+  with strategy.scope():
+    optimizer = optimization.create_optimizer(
+        10, 0, learning_rate=1e-2, weight_decay=0.1, layer_decay=layer_decay)
+    optimizer.build(model.trainable_variables)
+  start = {v.name: v.numpy() for v in model.trainable_variables}
+
+  @tf.function
+  def step():
+    def replica_step():
+      with tf.GradientTape() as tape:
+        logits = model(features, training=False)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+      grads = tape.gradient(loss, model.trainable_variables)
+      optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    strategy.run(replica_step)
+  step()
+  changes = {v.name: v.numpy() - start[v.name]
+             for v in model.trainable_variables}
+  for v in model.trainable_variables:           # back to the start
+    v.assign(start[v.name])
+  return changes
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_layer_decay_scales_each_blocks_step_by_its_depth(replicas):
+  """Layer-wise decay 0.5 on 2 blocks: the first step of each variable
+  (Adam's update and the weight decay alike) is the plain step times
+  0.5^(2 - i) for block i, 0.5^3 for the embeddings, 1 for the pooler and
+  the head; on 1 replica and on 2."""
+  from bertexp.model import encoders
+  from bertexp.model import modeling
+  from bertexp.train import strategy as strategy_lib
+  from conftest import TINY_CONFIG
+  strategy = (strategy_lib.make_strategy("default") if replicas == 1 else
+              strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
+  with strategy.scope():
+    tf_keras.utils.set_random_seed(1)
+    config = modeling.BertConfig.from_dict(TINY_CONFIG)
+    model = modeling.ClassifierModel(encoders.build_encoder(config), 2,
+                                     dropout_rate=0.0).build_variables()
+  rng = np.random.default_rng(0)
+  features = {"input_word_ids": rng.integers(5, 20, [4, 8]).astype(np.int32),
+              "input_mask": np.ones([4, 8], np.int32),
+              "input_type_ids": np.zeros([4, 8], np.int32)}
+  labels = np.array([0, 1, 1, 0])
+  plain = _one_adamw_step(model, features, labels, None, strategy)
+  decayed = _one_adamw_step(model, features, labels, 0.5, strategy)
+  expected_rates = {"layer_1/": 0.5, "layer_0/": 0.25, "/embeddings/": 0.125}
+  seen, moved = set(), 0
+  for name, change in plain.items():
+    rate = next((r for key, r in expected_rates.items() if key in name), 1.0)
+    seen.add(rate)
+    # atol: float32 rounding of a difference of weights up to 1 (LayerNorm
+    # scales); a wrong rate moves a step of >= 1e-4 by half or more.
+    np.testing.assert_allclose(decayed[name], rate * change, rtol=1e-4,
+                               atol=1e-7, err_msg=name)
+    moved += np.abs(change).max() > 100 * 1e-7
+  # Every variable stepped far beyond atol but the attention key biases (a
+  # softmax does not see a shift: no gradient, and no weight decay).
+  assert moved == len(plain) - TINY_CONFIG["num_hidden_layers"]
+  assert seen == {1.0, 0.5, 0.25, 0.125}
+
+
+def test_layer_decay_is_refused_with_lamb_and_outside_zero_one():
+  with pytest.raises(ValueError, match="layer_decay is an AdamW option"):
+    optimization.create_optimizer(10, 0, learning_rate=1e-3, kind="lamb",
+                                  layer_decay=0.8)
+  variable = tf.Variable([1.0], name="layer_0/x")
+  with pytest.raises(ValueError, match=r"layer_decay must be in \(0, 1\]"):
+    optimization.layer_rates([variable], 1.5)

@@ -1,0 +1,112 @@
+"""A task through the encoder seam for each family: a converted ELECTRA and
+RoBERTa (tests/golden/families, transformers' random small models) fine-tune
+the demo's classification file, evaluate, predict and export; the exported
+serve_text gives the predict file's probabilities; and 2 mirrored replicas
+give the 1-replica run (the strategy matrix's rules)."""
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertexp import cli
+from bertexp.data import prepare
+from conftest import TESTS
+import matrix_fixtures as mf
+
+GOLDEN = os.path.join(TESTS, "golden", "families")
+FAMILIES = ("electra", "roberta")
+FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
+# Words of the fixtures' vocab.txt (w0...): a sentence's label is whether
+# it holds a word of POSITIVE.
+POSITIVE, NEUTRAL = ["w1", "w2", "w3"], [f"w{i}" for i in range(10, 40)]
+
+
+def _sentences(count, seed):
+  rng = random.Random(seed)
+  rows = []
+  for k in range(count):
+    words = [rng.choice(NEUTRAL) for _ in range(rng.randint(4, 9))]
+    if k % 2:
+      words.insert(rng.randrange(len(words)), rng.choice(POSITIVE))
+    rows.append((" ".join(words), k % 2))
+  return rows
+
+
+def _prepare(root, vocab):
+  for split, count, seed in (("train", 48, 1), ("eval", 16, 2)):
+    with open(f"{root}/{split}.tsv", "w") as f:
+      f.write("sentence\tlabel\n" + "".join(
+          f"{t}\t{l}\n" for t, l in _sentences(count, seed)))
+  prepare.prepare_classification(
+      task_name="fam", train_file=f"{root}/train.tsv",
+      eval_file=f"{root}/eval.tsv", test_file=f"{root}/eval.tsv",
+      text_columns=["sentence"], label_column="label", labels=["0", "1"],
+      vocab_file=vocab, output_dir=f"{root}/data", max_seq_length=16)
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+  """{family: a strategy-matrix spec of the demo's classification file on
+  the family's converted encoder, dropout off}."""
+  found = {}
+  for family in FAMILIES:
+    root = str(tmp_path_factory.mktemp(family))
+    source = os.path.join(GOLDEN, family)
+    assert cli.main(["convert-checkpoint", "--from=huggingface",
+                     f"--input={source}", f"--output={root}/encoder"]) == 0
+    config_file = f"{root}/encoder/bert_config.json"
+    with open(config_file) as f:
+      config = json.load(f)
+    assert config["family"] == family
+    with open(config_file, "w") as f:
+      json.dump(dict(config, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0), f)
+    _prepare(root, f"{root}/encoder/vocab.txt")
+    data = f"{root}/data"
+    found[family] = dict(
+        gin_file="experiments/demo/movie_sentiment_cpu.gin", order=[
+            "bertexp.ClassificationTask.shuffle_buffer_size=0",
+            "bertexp.ClassificationTask.dropout_rate=0.0"],
+        params={"BERT_CONFIG_FILE": config_file,
+                "INIT_CHECKPOINT": f"{root}/encoder/bert_model.ckpt",
+                "TRAIN_DATA_PATH": f"{data}/fam_train.tf_record",
+                "EVAL_DATA_PATH": f"{data}/fam_eval.tf_record",
+                "TEST_DATA_PATH": f"{data}/fam_test.tf_record",
+                "INPUT_META_DATA_PATH": f"{data}/fam_meta_data"})
+  return found
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_fine_tunes_predicts_and_exports(family, specs, tmp_path):
+  spec = specs[family]
+  model_dir = str(tmp_path / "run")
+  mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
+                    mode="train_eval_predict")
+  summary = mf.summary(model_dir)
+  assert summary["eval_metrics"]["num_examples"] == 16
+  assert mf.kernel_movement(model_dir, spec["params"]["INIT_CHECKPOINT"])
+  probabilities = np.loadtxt(f"{model_dir}/test_results.tsv", ndmin=2)
+  assert probabilities.shape == (16, 2)
+  mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
+                    mode="export")
+  exported = sorted(os.listdir(f"{model_dir}/export"))[-1]
+  loaded = tf.saved_model.load(f"{model_dir}/export/{exported}")
+  texts = [t for t, _ in _sentences(16, 2)]
+  served = loaded.signatures["serve_text"](text=tf.constant(texts))
+  np.testing.assert_allclose(served["probabilities"].numpy(), probabilities,
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_on_two_replicas_equals_one(family, specs, tmp_path):
+  spec = specs[family]
+  runs = {name: str(tmp_path / name) for name in ("one", "two")}
+  mf.run_in_process(spec, runs["one"], mf.STRATEGIES["default"], FLOAT32,
+                    mode="train_eval_predict")
+  mf.run_in_process(spec, runs["two"], mf.STRATEGIES["mirrored_2"], FLOAT32,
+                    mode="train_eval_predict")
+  mf.assert_equal_runs(runs["two"], runs["one"],
+                       spec["params"]["INIT_CHECKPOINT"])

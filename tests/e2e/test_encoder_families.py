@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
+from bertexp.checkpoints import run_dir
 from bertexp.data import prepare
+from bertexp.tasks.classification import task as classification
 from conftest import TESTS
 import matrix_fixtures as mf
 
@@ -79,12 +81,46 @@ def specs(tmp_path_factory):
   return found
 
 
+@pytest.fixture(scope="module")
+def one_replica(specs, tmp_path_factory):
+  """{family: MODEL_DIR of its run on the default strategy} (made once)."""
+  runs = {}
+  for family, spec in specs.items():
+    runs[family] = str(tmp_path_factory.mktemp(f"one_{family}"))
+    mf.run_in_process(spec, runs[family], mf.STRATEGIES["default"], FLOAT32,
+                      mode="train_eval_predict")
+  return runs
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_fine_tunes_predicts_and_exports(family, specs, tmp_path):
+def test_the_task_builds_the_familys_encoder_from_init_checkpoint(family,
+                                                                   specs):
+  """The task's model, initialised as a run is (INIT_CHECKPOINT), has the
+  encoder transformers computed: the family, not BERT, is what trains."""
+  params = specs[family]["params"]
+  task = classification.ClassificationTask(
+      bert_config_file=params["BERT_CONFIG_FILE"],
+      meta_data_path=params["INPUT_META_DATA_PATH"],
+      train_data_path=params["TRAIN_DATA_PATH"])
+  model = task.build_model()
+  run_dir.initialise_from_checkpoint(model, None, params["INIT_CHECKPOINT"],
+                                     False)
+  golden = np.load(os.path.join(GOLDEN, family, "outputs.npz"))
+  outputs = model.encoder(
+      {"input_word_ids": golden["input_ids"].astype(np.int32),
+       "input_mask": golden["attention_mask"].astype(np.int32),
+       "input_type_ids": golden["token_type_ids"].astype(np.int32)},
+      training=False)
+  np.testing.assert_allclose(outputs["sequence_output"].numpy(),
+                             golden["last_hidden_state"], atol=1e-4)
+  np.testing.assert_allclose(outputs["pooled_output"].numpy(),
+                             golden["pooler_output"], atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_fine_tunes_predicts_and_exports(family, specs, one_replica):
   spec = specs[family]
-  model_dir = str(tmp_path / "run")
-  mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
-                    mode="train_eval_predict")
+  model_dir = one_replica[family]
   summary = mf.summary(model_dir)
   assert summary["eval_metrics"]["num_examples"] == 16
   assert mf.kernel_movement(model_dir, spec["params"]["INIT_CHECKPOINT"])
@@ -101,12 +137,11 @@ def test_family_fine_tunes_predicts_and_exports(family, specs, tmp_path):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_on_two_replicas_equals_one(family, specs, tmp_path):
+def test_family_on_two_replicas_equals_one(family, specs, one_replica,
+                                          tmp_path):
   spec = specs[family]
-  runs = {name: str(tmp_path / name) for name in ("one", "two")}
-  mf.run_in_process(spec, runs["one"], mf.STRATEGIES["default"], FLOAT32,
+  model_dir = str(tmp_path / "two")
+  mf.run_in_process(spec, model_dir, mf.STRATEGIES["mirrored_2"], FLOAT32,
                     mode="train_eval_predict")
-  mf.run_in_process(spec, runs["two"], mf.STRATEGIES["mirrored_2"], FLOAT32,
-                    mode="train_eval_predict")
-  mf.assert_equal_runs(runs["two"], runs["one"],
+  mf.assert_equal_runs(model_dir, one_replica[family],
                        spec["params"]["INIT_CHECKPOINT"])

@@ -39,6 +39,8 @@ class BertConfig:
     BERT.
   """
   FAMILY_NAME: ClassVar[str] = "bert"
+  # Integer fields that may be 0 (the others must be positive).
+  MAY_BE_ZERO: ClassVar[tuple] = ()
   vocab_size: int
   hidden_size: int = 768
   num_hidden_layers: int = 12
@@ -56,9 +58,11 @@ class BertConfig:
   def __post_init__(self):
     for field in dataclasses.fields(self):
       value = getattr(self, field.name)
+      lowest = 0 if field.name in self.MAY_BE_ZERO else 1
       if field.type in (int, "int") and (
-          not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"{field.name} must be a positive integer, got "
+          not isinstance(value, int) or isinstance(value, bool) or
+          value < lowest):
+        raise ValueError(f"{field.name} must be an integer >= {lowest}, got "
                          f"{value!r}")
       if field.type in (float, "float") and (
           not isinstance(value, (int, float)) or isinstance(value, bool) or

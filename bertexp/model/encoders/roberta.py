@@ -20,6 +20,7 @@ class RobertaConfig(modeling.BertConfig):
   """BertConfig's fields and `pad_token_id` (the position table's padding
   row; real tokens take rows pad_token_id + 1, + 2, ...)."""
   FAMILY_NAME = "roberta"
+  MAY_BE_ZERO = ("pad_token_id",)
   pad_token_id: int = 1
   max_position_embeddings: int = 514
   type_vocab_size: int = 1

@@ -111,3 +111,11 @@ def test_memory_plan_counts_each_familys_parameters(model_type, tmp_path):
   encoder = _convert(model_type, str(tmp_path / "out"))
   built = sum(int(np.prod(w.shape)) for w in encoder.weights)
   assert memory_plan.encoder_parameters(encoder.config) == built
+
+
+def test_a_roberta_pad_id_of_zero_is_accepted_and_a_negative_one_is_not():
+  config = roberta.RobertaConfig.from_dict({"vocab_size": 10,
+                                            "pad_token_id": 0})
+  assert config.max_seq_length == 514 - 1
+  with pytest.raises(ValueError, match="pad_token_id must be an integer >= 0"):
+    roberta.RobertaConfig.from_dict({"vocab_size": 10, "pad_token_id": -1})

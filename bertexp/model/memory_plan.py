@@ -76,7 +76,8 @@ class Head:
 
 def encoder_parameters(config):
   """Parameters of bertexp's BERT-shaped encoders (embeddings of width E,
-  their projection to H when E differs, blocks, pooler)."""
+  their projection to H when E differs, each block with weights of its own
+  once, pooler)."""
   h, i = config.hidden_size, config.intermediate_size
   e = getattr(config, "embedding_size", None) or h
   embeddings = (config.vocab_size + config.max_position_embeddings +
@@ -84,7 +85,7 @@ def encoder_parameters(config):
   if e != h:
     embeddings += e * h + h
   block = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
-  return embeddings + config.num_hidden_layers * block + h * h + h
+  return embeddings + config.distinct_blocks * block + h * h + h
 
 
 def _layer_elements(config, seq_length, queries=None):

@@ -96,6 +96,11 @@ class BertConfig:
       raise ValueError(f"{source}: {e}") from None
 
   @property
+  def distinct_blocks(self):
+    """How many Transformer blocks have weights of their own."""
+    return self.num_hidden_layers
+
+  @property
   def max_seq_length(self):
     """The longest sequence the position table covers."""
     return self.max_position_embeddings
@@ -418,8 +423,7 @@ class BertEncoder(tf_keras.Model):
       self.embeddings_project = Dense(
           config.hidden_size, kernel_initializer=_initializer(config),
           name="embeddings_project")
-    self.blocks = [TransformerBlock(config, name=f"layer_{i}")
-                   for i in range(config.num_hidden_layers)]
+    self.blocks = self.make_blocks(config)
     self.pooler = Dense(
         config.hidden_size, activation=self.POOLER_ACTIVATION,
         kernel_initializer=_initializer(config), name="pooler")
@@ -459,6 +463,12 @@ class BertEncoder(tf_keras.Model):
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)                                 # [B, S, H]
     return tf.cast(x, tf.float32), attention_bias
+
+  def make_blocks(self, config):
+    """The Transformer blocks in the order they run (BERT: L blocks of their
+    own, `layer_<i>`)."""
+    return [TransformerBlock(config, name=f"layer_{i}")
+            for i in range(config.num_hidden_layers)]
 
   def token_type_ids(self, inputs):
     """int32 [B, S] rows of the token-type table (BERT's: input_type_ids)."""

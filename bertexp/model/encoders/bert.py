@@ -10,10 +10,28 @@ from bertexp.model.encoders.reference import hf_layer_names
 from bertexp.model.encoders.reference import layer_norm_params
 
 
-def hf_assignments(encoder, tensors, pooler="pooler.dense"):
+def _linear(layer, source):
+  """A Dense layer from a PyTorch Linear ([out, in]; Keras kernels are
+  [in, out])."""
+  return [(layer.kernel, source + ".weight", np.transpose),
+          (layer.bias, source + ".bias", None)]
+
+
+def hf_assignments(encoder, tensors, pooler="pooler.dense",
+                   projection="embeddings_project", layer_names=hf_layer_names):
   """[(keras variable, source name, transform)] for every encoder variable
-  (sources: HF names without the model prefix); `pooler`: the HF module
-  that holds the pooler's dense layer."""
+  (sources: HF names without the model prefix).
+
+  Args:
+    encoder: a built BERT-shaped encoder.
+    tensors: the HF tensors (to tell LayerNorm weight/bias from gamma/beta).
+    pooler, projection: the HF modules of the pooler's dense layer and of
+      the embeddings' projection (when the encoder has one).
+    layer_names: layer_names(i) -> {block attribute: HF module}; a block
+      the encoder runs more than once (shared) is mapped once.
+  Returns:
+    The assignments.
+  """
   pairs = []
   emb = encoder.embeddings
   pairs += [(emb.word_embeddings, "embeddings.word_embeddings.weight", None),
@@ -24,21 +42,20 @@ def hf_assignments(encoder, tensors, pooler="pooler.dense"):
   gamma, beta = layer_norm_params(tensors, "embeddings.LayerNorm")
   pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
   if encoder.embeddings_project is not None:
-    pairs += [(encoder.embeddings_project.kernel, "embeddings_project.weight",
-               np.transpose),
-              (encoder.embeddings_project.bias, "embeddings_project.bias", None)]
+    pairs += _linear(encoder.embeddings_project, projection)
+  mapped = set()
   for i, block in enumerate(encoder.blocks):
-    for attr, source in hf_layer_names(i).items():
+    if id(block) in mapped:
+      continue
+    mapped.add(id(block))
+    for attr, source in layer_names(i).items():
       layer = getattr(block, attr)
       if attr.endswith("layer_norm"):
         gamma, beta = layer_norm_params(tensors, source)
         pairs += [(layer.gamma, gamma, None), (layer.beta, beta, None)]
-      else:  # PyTorch Linear stores [out, in]; Keras Dense kernels are [in, out]
-        pairs += [(layer.kernel, source + ".weight", np.transpose),
-                  (layer.bias, source + ".bias", None)]
-  pairs += [(encoder.pooler.kernel, pooler + ".weight", np.transpose),
-            (encoder.pooler.bias, pooler + ".bias", None)]
-  return pairs
+      else:
+        pairs += _linear(layer, source)
+  return pairs + _linear(encoder.pooler, pooler)
 
 
 def numpy_reference(tensors, config, word_ids, mask, type_ids):

@@ -60,18 +60,23 @@ def activation(name, x):
 
 
 def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
-            pooler_activation="tanh"):
+            pooler_activation="tanh", layer_names=hf_layer_names,
+            projection="embeddings_project", pooler="pooler.dense"):
   """The encoder's outputs in float64.
 
   Args:
     tensors: {HF name without the model prefix: array}; linear weights are
-      [out, in]. `embeddings_project.*` (factorised embeddings) and
-      `pooler.dense.*` are used when present.
+      [out, in]. The projection (factorised embeddings) and the pooler are
+      used when present.
     config: the family's config (layer_norm_eps, num_attention_heads,
       hidden_size, num_hidden_layers, hidden_act).
     word_ids, mask, type_ids: int [B, S].
     position_ids: int [B, S] rows of the position table, or None for 0..S-1.
     pooler_activation: the pooler's activation name.
+    layer_names: layer_names(i) -> {bertexp attribute: HF module} of block i
+      (hf_layer_names' keys).
+    projection, pooler: the HF modules of the embeddings' projection and
+      the pooler's dense layer.
 
   Returns:
     {"sequence_output": [B, S, H]} and "pooled_output" [B, H] when the
@@ -94,13 +99,13 @@ def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
         else positions[position_ids]) +
        t["embeddings.token_type_embeddings.weight"][type_ids])       # [B, S, E]
   x = layer_norm(x, "embeddings.LayerNorm")
-  if "embeddings_project.weight" in t:
-    x = linear(x, "embeddings_project")                              # [B, S, H]
+  if projection + ".weight" in t:
+    x = linear(x, projection)                                        # [B, S, H]
   b, n = word_ids.shape[0], config.num_attention_heads
   d = config.hidden_size // n
   bias = (1.0 - mask[:, None, None, :]) * -10000.0                   # [B,1,1,S]
   for i in range(config.num_hidden_layers):
-    names = hf_layer_names(i)
+    names = layer_names(i)
 
     def heads(y):
       return y.reshape(b, seq, n, d).transpose(0, 2, 1, 3)           # [B,N,S,D]
@@ -116,7 +121,7 @@ def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
     x = layer_norm(x + linear(inner, names["output_dense"]),
                    names["output_layer_norm"])
   outputs = {"sequence_output": x}
-  if "pooler.dense.weight" in t:
+  if pooler + ".weight" in t:
     outputs["pooled_output"] = activation(
-        pooler_activation, linear(x[:, 0], "pooler.dense"))          # [B, H]
+        pooler_activation, linear(x[:, 0], pooler))                  # [B, H]
   return outputs

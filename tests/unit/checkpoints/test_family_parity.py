@@ -37,7 +37,8 @@ def _outputs(encoder, golden):
 
 
 def test_every_family_has_a_fixture():
-  assert set(MODEL_TYPES) == {"bert", "electra", "roberta", "xlm-roberta"}
+  assert set(MODEL_TYPES) == {"albert", "bert", "electra", "roberta",
+                              "xlm-roberta"}
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)

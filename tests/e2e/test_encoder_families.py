@@ -145,3 +145,16 @@ def test_family_on_two_replicas_equals_one(family, specs, one_replica,
                     mode="train_eval_predict")
   mf.assert_equal_runs(model_dir, one_replica[family],
                        spec["params"]["INIT_CHECKPOINT"])
+
+
+def test_export_onnx_of_another_family_is_a_one_line_error(specs, one_replica,
+                                                           capsys):
+  """ONNX Runtime's fused BERT graph has no place for ELECTRA's projection:
+  export-onnx refuses it by family, and writes nothing."""
+  spec, model_dir = specs["electra"], one_replica["electra"]
+  args = mf.train_args([spec["gin_file"]], mf.run_params(spec, model_dir),
+                       FLOAT32)[2:]
+  assert cli.main(["export-onnx"] + args) != 0
+  error = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "encoder family 'electra' does not fit it" in error
+  assert not os.path.exists(os.path.join(model_dir, "onnx"))

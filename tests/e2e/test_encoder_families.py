@@ -156,5 +156,5 @@ def test_export_onnx_of_another_family_is_a_one_line_error(specs, one_replica,
                        FLOAT32)[2:]
   assert cli.main(["export-onnx"] + args) != 0
   error = capsys.readouterr().err.strip().splitlines()[-1]
-  assert "encoder family 'electra' does not fit it" in error
+  assert "this model's encoder is 'electra'" in error
   assert not os.path.exists(os.path.join(model_dir, "onnx"))

@@ -113,17 +113,10 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
     version: the version folder's number (default: seconds since the epoch).
   Returns:
     The report ({"float32": {...}, "int8": {...}}), also onnx_report.json.
-  Raises:
-    ValueError: the task has no ONNX head, or the encoder is not of the
-      BERT family.
   """
   import tempfile
   import tensorflow as tf
   head = task.onnx_head()       # a task without one: its one-line error
-  family = getattr(model.encoder.config, "family", "bert")
-  if family != "bert":
-    raise ValueError(f"export-onnx writes ONNX Runtime's fused BERT graph; "
-                     f"the encoder family {family!r} does not fit it")
   version = version or int(time.time())
   expected = _in_batches(lambda rows: {
       k: np.asarray(v) for k, v in task.serving_outputs(

@@ -49,7 +49,8 @@ SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
                     "test_task_outside_the_package.py",
                     "test_long_documents.py", "test_class_weights.py",
                     "test_tagging.py", "test_early_stopping.py",
-                    "test_kfold.py", "test_train_step.py", "test_squad_task.py",
+                    "test_kfold.py", "test_encoder_families.py",
+                    "test_train_step.py", "test_squad_task.py",
                     "test_real_weights.py", "test_hub_encoder.py",
                     "test_pretraining_task.py")
 

@@ -82,8 +82,14 @@ class ChoiceServing(tf.Module):
     self._length, self._choices = max_seq_length, num_choices
 
   def _serve(self, context, choices):
-    tf.debugging.assert_equal(tf.shape(choices)[1], self._choices, message=(
-        f"choices: expected {self._choices} per context"))
+    # The check runs before anything that reads the texts: without the
+    # dependency another op (a reshape of the wrong count) may fail first,
+    # with an error that does not say what was wrong.
+    checked = tf.debugging.assert_equal(
+        tf.shape(choices)[1], self._choices,
+        message=f"choices: expected {self._choices} per context")
+    with tf.control_dependencies([checked]):
+      context, choices = tf.identity(context), tf.identity(choices)
     contexts = tf.reshape(tf.repeat(context[:, None], self._choices, 1), [-1])
     packed = tokenization.pack_tf(self._tokenizer, contexts,
                                   tf.reshape(choices, [-1]), self._length)

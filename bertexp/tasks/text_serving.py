@@ -7,6 +7,7 @@ Shape legend: B batch, S max_seq_length.
 import tensorflow as tf
 
 from bertexp.data import tokenization
+from bertexp.util import serving_weights
 
 _TEXT = tf.TensorSpec([None], tf.string)
 
@@ -79,7 +80,7 @@ class PackedTextServing(TextPacker):
       ValueError: num_text_features is not 1 or 2.
     """
     super().__init__(**packing)
-    self.model = model
+    serving_weights.attach_model(self, model)
     self._serving_outputs = serving_outputs
 
   def _outputs(self, inputs):

@@ -271,7 +271,7 @@ def test_full_run_on_a_non_local_file_system(tiny_vocab, tiny_config):
 
 def test_mnli_reports_matched_and_mismatched(tmp_path, tiny_vocab, tiny_config):
   """experiments/glue/mnli_base.gin on a tiny MNLI-format folder."""
-  from test_data import GLUE_LAYOUTS
+  from glue_layouts import GLUE_LAYOUTS
   files, _ = GLUE_LAYOUTS["MNLI"]
   folder = tmp_path / "MNLI"
   folder.mkdir()

@@ -229,9 +229,11 @@ def vocab_size(export_dir):
   when no variable is named so: ids below 100 exist in any BERT)."""
   import tensorflow_text  # noqa: F401
   loaded = tf.saved_model.load(export_dir)
-  model = getattr(loaded, "model", None)
-  sizes = [v.shape[0] for v in getattr(model, "variables", [])
-           if "word_embeddings" in v.name]
+  # Exports save the model's variables as `model_variables` (older ones
+  # saved the Keras model as `model`).
+  variables = getattr(loaded, "model_variables", None) or getattr(
+      getattr(loaded, "model", None), "variables", [])
+  sizes = [v.shape[0] for v in variables if "word_embeddings" in v.name]
   return int(sizes[0]) if sizes else 100
 
 

@@ -18,6 +18,7 @@ import time
 import tensorflow as tf
 
 from bertexp.util import fileio
+from bertexp.util import serving_weights
 
 class _ServingModule(tf.Module):
   """What an export saves: the model, `serving_default` on token ids, and
@@ -25,7 +26,7 @@ class _ServingModule(tf.Module):
 
   def __init__(self, model, task):
     super().__init__()
-    self.model = model
+    serving_weights.attach_model(self, model)
     self._serving_outputs = task.serving_outputs
     self.text = task.text_serving(model)      # tracked: saved with the model
 

@@ -25,6 +25,7 @@ from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.util import fileio
+from bertexp.util import serving_weights
 
 _INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
@@ -75,7 +76,7 @@ class ChoiceServing(tf.Module):
   def __init__(self, model, serving_outputs, *, vocab_file, do_lower_case,
                max_seq_length, num_choices):
     super().__init__()
-    self.model = model
+    serving_weights.attach_model(self, model)
     self._serving_outputs = serving_outputs
     self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
     self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertexp.data import tokenization
+from bertexp.util import serving_weights
 
 # run_squad's whitespace: what bertexp.tasks.squad.data.split_context splits on.
 _WHITESPACE = r"[ \t\r\n\x{202f}]+"
@@ -127,7 +128,7 @@ class SpanServing(tf.Module):
         null_score_diff_threshold.
     """
     super().__init__()
-    self.model = model
+    serving_weights.attach_model(self, model)
     self.spec = dict(spec)
     self._tokenizer = tokenization.Tokenizer(spec["vocab_file"],
                                              spec["do_lower_case"])

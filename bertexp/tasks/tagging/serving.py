@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertexp.data import tokenization
+from bertexp.util import serving_weights
 
 _TEXT = tf.TensorSpec([None], tf.string)
 # BERT's basic tokenizer: split at whitespace; keep every punctuation mark
@@ -58,7 +59,7 @@ class TaggingServing(tf.Module):
       scheme: BIO, BIOES or NONE (no entities).
     """
     super().__init__()
-    self.model = model
+    serving_weights.attach_model(self, model)
     self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
     self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
     self._max_seq_length = max_seq_length

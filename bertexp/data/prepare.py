@@ -151,7 +151,8 @@ def _fold_splits(splits, strata, folds, seed):
 def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
             label_names, regression, do_lower_case=True,
             max_position_embeddings=None, unlabelled=False, doc_stride=None,
-            folds=None, fold_seed=12345):
+            folds=None, fold_seed=12345, tokenizer_family=None,
+            keep_accents=False):
   """Writes `{task}_{split}.tf_record` per split and `{task}_meta_data`.
 
   splits: list of (split name, Rows, has_labels); split "train" comes first.
@@ -165,6 +166,9 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   each fold k also gets `{task}_fold{k}_train` (the other folds) and
   `{task}_fold{k}_eval` (its own rows, example_id = the training row)
   records; the assignment is in the meta data's "folds".
+  tokenizer_family, keep_accents: a SentencePiece family's tokenizer
+  (vocab_file its model file; see tokenization.load); the meta data
+  records them, so serve_text tokenizes the same way.
   All records are written to temporary names, the meta data last: a failure
   anywhere leaves no file under a final name from this run.
   """
@@ -172,7 +176,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   if doc_stride and splits[0][1].text_b is not None:
     raise ValueError(f"{splits[0][1].path}: --doc_stride windows single "
                      "texts; these rows are pairs (two text columns)")
-  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+                                keep_accents)
   labels = {name: encode_labels(rows, label_names, regression)
             for name, rows, _ in splits}   # all label errors before any writing
   if unlabelled:
@@ -222,6 +227,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
+    if tokenizer_family:
+      meta.update(tokenizer_family=tokenizer_family, keep_accents=keep_accents)
     if fold_record:
       meta["folds"] = fold_record
     if doc_stride:
@@ -253,7 +260,8 @@ def _prepare_unlabelled(task_name, train_file, text_columns, labels,
 
 
 def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
-                 do_lower_case=True, max_position_embeddings=None):
+                 do_lower_case=True, max_position_embeddings=None,
+                 **tokenizer_options):
   """`bertexp prepare glue`: a GLUE task's folder -> TFRecords + meta data."""
   spec = readers.glue_spec(task)
   splits = [("train", readers.read_glue(
@@ -271,7 +279,8 @@ def prepare_glue(task, *, input_dir, vocab_file, output_dir, max_seq_length=128,
                  output_dir=output_dir, max_seq_length=max_seq_length,
                  label_names=spec.labels or (), regression=spec.labels is None,
                  do_lower_case=do_lower_case,
-                 max_position_embeddings=max_position_embeddings)
+                 max_position_embeddings=max_position_embeddings,
+                 **tokenizer_options)
 
 
 def prepare_classification(*, task_name, train_file, eval_file=None, test_file=None,
@@ -279,7 +288,8 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                            regression=False, vocab_file, output_dir,
                            max_seq_length=128, do_lower_case=True,
                            id_column=None, max_position_embeddings=None,
-                           doc_stride=None, folds=None, fold_seed=12345):
+                           doc_stride=None, folds=None, fold_seed=12345,
+                           **tokenizer_options):
   """`bertexp prepare classification`: TSV/CSV/JSONL files -> TFRecords + meta data.
 
   With `doc_stride`, texts longer than max_seq_length become overlapping
@@ -288,6 +298,8 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
   Without `label_column`, `train_file` is unlabelled text (for a
   distillation teacher to label): one split, label ids UNLABELLED, the
   label names of `labels` (the teacher's) in the meta data.
+  tokenizer_options: tokenizer_family and keep_accents of a SentencePiece
+  tokenizer (see `prepare`).
   """
   if not 1 <= len(text_columns) <= 2:
     raise ValueError(f"--text_columns takes one or two names, got {text_columns}")
@@ -297,7 +309,8 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                                output_dir=output_dir,
                                max_seq_length=max_seq_length,
                                do_lower_case=do_lower_case,
-                               max_position_embeddings=max_position_embeddings)
+                               max_position_embeddings=max_position_embeddings,
+                               **tokenizer_options)
   if not eval_file:
     raise ValueError("--eval_file is required with --label_column")
   # A named id column must exist where the ids are written out: the test
@@ -319,4 +332,5 @@ def prepare_classification(*, task_name, train_file, eval_file=None, test_file=N
                  label_names=tuple(labels or ()), regression=regression,
                  do_lower_case=do_lower_case,
                  max_position_embeddings=max_position_embeddings,
-                 doc_stride=doc_stride, folds=folds, fold_seed=fold_seed)
+                 doc_stride=doc_stride, folds=folds, fold_seed=fold_seed,
+                 **tokenizer_options)

@@ -4,7 +4,10 @@ The rules are google-research/bert's FullTokenizer: clean control characters,
 lower case + strip accents when `do_lower_case`, split on whitespace and
 punctuation, one token per CJK character, greedy longest-match WordPiece.
 Packing is `[CLS] a [SEP] b [SEP]` with segment ids 0 for a, 1 for b, and
-pairs truncated longest-first (ties shorten b), as run_classifier did.
+pairs truncated longest-first (ties shorten b), as run_classifier did; a
+tokenizer of another family (bertexp.data.sentencepiece) brings its own
+special ids, separators between a pair's texts and token types, which
+`pack` and `pack_tf` follow.
 """
 import numpy as np
 import tensorflow as tf
@@ -94,6 +97,11 @@ class Tokenizer:
     self.cls_id = self.token_to_id["[CLS]"]
     self.sep_id = self.token_to_id["[SEP]"]
     self.pad_id = self.token_to_id["[PAD]"]
+    # BERT's pair layout: one [SEP] between the texts, b's type ids are 1;
+    # pairs cut as google-research's run_classifier cut them.
+    self.pair_separators = 1
+    self.segment_ids = True
+    self.truncation = "google"
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.
@@ -103,6 +111,7 @@ class Tokenizer:
         max_bytes_per_word=MAX_BYTES_PER_WORD,
         no_pretokenization=False, support_detokenization=True,
         lower_case_nfd_strip_accents=False)
+    self.module = self.wordpiece
 
   def normalize(self, texts):
     return normalize(texts, self.do_lower_case)
@@ -125,27 +134,58 @@ class Tokenizer:
     return [self.vocab[i] for i in ids]
 
 
-def truncated_lengths(len_a, len_b, max_tokens):
-  """Lengths after google-research's longest-first pair truncation.
+def truncated_lengths(len_a, len_b, max_tokens, rule="google", ops=np):
+  """Lengths after longest-first pair truncation, elementwise.
 
-  That loop pops from the longer side, from b on ties; its end state is
-  a = min(len_a, max(max_tokens - len_b, ceil(max_tokens / 2))), b = rest.
-  Works elementwise on numpy arrays.
+  rule "google": google-research's loop pops from the longer side, from b on
+  ties; its end state is a = min(len_a, max(max_tokens - len_b,
+  ceil(max_tokens / 2))), b = the rest (BERT's WordPiece data, as
+  run_classifier wrote it). rule "huggingface": Hugging Face tokenizers'
+  LongestFirst: only the longer text is cut while the shorter fits in
+  half; when both must be cut, each keeps half and the longer one (b on
+  equal lengths) the odd token.
+
+  Args:
+    len_a, len_b: lengths (numpy arrays, or int64 tensors with ops=tf).
+    max_tokens: what the two texts may keep together.
+    rule: "google" or "huggingface".
+    ops: np, or tf for tensors (in a graph).
+  Returns:
+    (kept a lengths, kept b lengths).
   """
-  len_a, len_b = np.asarray(len_a), np.asarray(len_b)
+  if ops is np:
+    len_a, len_b = np.asarray(len_a), np.asarray(len_b)
   over = len_a + len_b > max_tokens
-  keep_a = np.minimum(len_a, np.maximum(max_tokens - len_b,
-                                        (max_tokens + 1) // 2))
-  new_a = np.where(over, keep_a, len_a)
-  new_b = np.where(over, max_tokens - keep_a, len_b)
-  return new_a, new_b
+  if rule == "google":
+    keep_a = ops.minimum(len_a, ops.maximum(max_tokens - len_b,
+                                            (max_tokens + 1) // 2))
+    keep_b = max_tokens - keep_a
+  else:
+    short, long = ops.minimum(len_a, len_b), ops.maximum(len_a, len_b)
+    keep_long = ops.maximum(short, max_tokens - short)
+    both_cut = short + keep_long > max_tokens
+    keep_short = ops.where(both_cut, max_tokens // 2 + 0 * short, short)
+    keep_long = ops.where(both_cut, max_tokens // 2 + max_tokens % 2 + 0 * long,
+                          keep_long)
+    a_longer = len_a > len_b
+    keep_a = ops.where(a_longer, keep_long, keep_short)
+    keep_b = ops.where(a_longer, keep_short, keep_long)
+  return ops.where(over, keep_a, len_a), ops.where(over, keep_b, len_b)
+
+
+def special_count(tokenizer, pairs):
+  """Special tokens around one text (2) or a pair (3 for BERT's
+  `[CLS] a [SEP] b [SEP]`, 4 for RoBERTa's `<s> a </s></s> b </s>`)."""
+  return 2 + (tokenizer.pair_separators if pairs else 0)
 
 
 def pack(tokenizer, ids_a, ids_b, max_seq_length):
   """Packs id lists into [N, S] int32 word ids, mask and segment ids.
 
-  ids_b is None for single sentences. Returns a dict of numpy arrays and the
-  number of examples that were truncated.
+  ids_b is None for single sentences. The layout is the tokenizer's:
+  `cls a sep (sep...) b sep` (tokenizer.pair_separators seps between the
+  texts), b's type ids 1 when tokenizer.segment_ids. Returns a dict of
+  numpy arrays and the number of examples that were truncated.
   """
   n = len(ids_a)
   len_a = np.array([len(x) for x in ids_a])
@@ -155,20 +195,26 @@ def pack(tokenizer, ids_a, ids_b, max_seq_length):
     new_b = len_b
   else:
     len_b = np.array([len(x) for x in ids_b])
-    new_a, new_b = truncated_lengths(len_a, len_b, max_seq_length - 3)
+    new_a, new_b = truncated_lengths(
+        len_a, len_b, max_seq_length - special_count(tokenizer, True),
+        tokenizer.truncation)
   truncated = int(np.sum((new_a < len_a) | (new_b < len_b)))
   word_ids = np.full([n, max_seq_length], tokenizer.pad_id, np.int32)
   type_ids = np.zeros([n, max_seq_length], np.int32)
   word_ids[:, 0] = tokenizer.cls_id
+  seps = tokenizer.pair_separators
   for i in range(n):
     a, b = new_a[i], new_b[i]
     word_ids[i, 1:1 + a] = ids_a[i][:a]
     word_ids[i, 1 + a] = tokenizer.sep_id
     if ids_b is not None:
-      word_ids[i, 2 + a:2 + a + b] = ids_b[i][:b]
-      word_ids[i, 2 + a + b] = tokenizer.sep_id
-      type_ids[i, 2 + a:3 + a + b] = 1
-  used = new_a + 2 + (new_b + 1 if ids_b is not None else 0)
+      word_ids[i, 1 + a:1 + a + seps] = tokenizer.sep_id
+      start = 1 + a + seps
+      word_ids[i, start:start + b] = ids_b[i][:b]
+      word_ids[i, start + b] = tokenizer.sep_id
+      if tokenizer.segment_ids:
+        type_ids[i, start:start + b + 1] = 1
+  used = new_a + 2 + (new_b + seps if ids_b is not None else 0)
   mask = (np.arange(max_seq_length)[None, :] < used[:, None]).astype(np.int32)
   return {"input_word_ids": word_ids, "input_mask": mask,
           "input_type_ids": type_ids}, truncated
@@ -176,7 +222,7 @@ def pack(tokenizer, ids_a, ids_b, max_seq_length):
 
 def pack_tf(tokenizer, texts_a, texts_b, max_seq_length):
   """In-graph tokenize + pack of string tensors [B]: the same ids, truncation
-  (longest-first, ties shorten b) and layout as `pack`, for SavedModels that
+  (the tokenizer's longest-first rule) and layout as `pack`, for SavedModels that
   take raw text. Returns int32 [B, max_seq_length] word ids, mask, type ids."""
   a = tokenizer.tokenize_tf(texts_a)                                 # [B, (n)]
   len_a = a.row_lengths()
@@ -186,27 +232,30 @@ def pack_tf(tokenizer, texts_a, texts_b, max_seq_length):
   else:
     b = tokenizer.tokenize_tf(texts_b)
     len_b = b.row_lengths()
-    budget = tf.constant(max_seq_length - 3, tf.int64)
-    over = len_a + len_b > budget
-    cut_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
-    keep_a = tf.where(over, cut_a, len_a)
-    keep_b = tf.where(over, budget - cut_a, len_b)
+    budget = tf.constant(max_seq_length - special_count(tokenizer, True),
+                         tf.int64)
+    keep_a, keep_b = truncated_lengths(len_a, len_b, budget,
+                                       tokenizer.truncation, ops=tf)
     b = tf.ragged.boolean_mask(b, tf.ragged.range(len_b) < keep_b[:, None])
   a = tf.ragged.boolean_mask(a, tf.ragged.range(len_a) < keep_a[:, None])
   return pack_ids_tf(tokenizer, a, b, max_seq_length)
 
 
 def pack_ids_tf(tokenizer, a, b, max_seq_length):
-  """Ragged int64 ids [B, (n)] that already fit -> `[CLS] a [SEP] (b [SEP])`
-  as int32 [B, max_seq_length] word ids, mask and type ids (b: None or 1s)."""
+  """Ragged int64 ids [B, (n)] that already fit -> the tokenizer's layout
+  (`[CLS] a [SEP] (b [SEP])` for BERT) as int32 [B, max_seq_length] word
+  ids, mask and type ids."""
   batch = a.nrows()
-  cls = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(
-      tokenizer.cls_id, tf.int64)))
-  sep = tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(
-      tokenizer.sep_id, tf.int64)))
+  special = lambda token_id, width=1: tf.RaggedTensor.from_tensor(tf.fill(
+      [batch, width], tf.constant(token_id, tf.int64)))
+  cls, sep = special(tokenizer.cls_id), special(tokenizer.sep_id)
   pieces, types = [cls, a, sep], [0, 0, 0]
   if b is not None:
-    pieces, types = pieces + [b, sep], types + [1, 1]
+    second = 1 if tokenizer.segment_ids else 0
+    if tokenizer.pair_separators > 1:
+      pieces, types = pieces + [special(
+          tokenizer.sep_id, tokenizer.pair_separators - 1)], types + [0]
+    pieces, types = pieces + [b, sep], types + [second, second]
   ids = tf.concat(pieces, axis=1)
   type_ids = tf.concat([tf.ones_like(p) * t for p, t in zip(pieces, types)], 1)
   shape = [None, max_seq_length]
@@ -216,3 +265,76 @@ def pack_ids_tf(tokenizer, a, b, max_seq_length):
       "input_mask": tf.cast(tf.ones_like(ids).to_tensor(0, shape=shape), tf.int32),
       "input_type_ids": tf.cast(type_ids.to_tensor(0, shape=shape), tf.int32),
   }
+
+
+# model_type (config.json) -> the tokenizer its Hugging Face folders carry.
+WORDPIECE_TYPES = ("bert", "electra", "mobilebert", "distilbert")
+_NOT_YET = {
+    "roberta": "byte-level BPE (vocab.json + merges.txt)",
+    "deberta-v2": "DeBERTa-v2/v3's SentencePiece layout (spm.model)",
+}
+
+
+def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
+  """The tokenizer `bertexp prepare` used, from what its meta data records.
+
+  Args:
+    vocab_file: WordPiece vocab.txt, or a SentencePiece model file.
+    do_lower_case: as prepared.
+    family: None or a WordPiece model_type for WordPiece; "xlm-roberta" or
+      "albert" for their SentencePiece layouts.
+    keep_accents: ALBERT's tokenizer option.
+  Returns:
+    A tokenizer with tokenize / tokenize_tf and the family's pair layout.
+  """
+  if family is None or family in WORDPIECE_TYPES:
+    return Tokenizer(vocab_file, do_lower_case)
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  return sentencepiece.SentencePieceTokenizer(
+      vocab_file, family, do_lower_case=do_lower_case,
+      keep_accents=keep_accents)
+
+
+def folder_settings(folder):
+  """What `--tokenizer=FOLDER` (a Hugging Face or converted folder) means:
+  {"vocab_file", "do_lower_case", "family", "keep_accents"} for `load`.
+
+  The family is config.json's model_type; do_lower_case (and ALBERT's
+  keep_accents) come from tokenizer_config.json when it has them.
+
+  Raises:
+    ValueError: no config.json model_type, a family whose tokenizer bertexp
+      does not read yet, or its tokenizer file missing (each names it).
+  """
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  config_path = fileio.join(folder, "config.json")
+  if not tf.io.gfile.exists(config_path):
+    raise ValueError(f"--tokenizer={folder}: no config.json (its model_type "
+                     "names the tokenizer)")
+  family = fileio.read_json(config_path).get("model_type")
+  if family in _NOT_YET:
+    raise ValueError(f"--tokenizer={folder}: model_type {family!r} uses "
+                     f"{_NOT_YET[family]}, which bertexp prepare does not "
+                     "read yet")
+  if family in WORDPIECE_TYPES:
+    file_name, defaults = "vocab.txt", {"do_lower_case": True}
+  elif family in sentencepiece.FAMILIES:
+    file_name = sentencepiece.FAMILIES[family].model_file
+    defaults = ({"do_lower_case": True, "keep_accents": False}
+                if sentencepiece.FAMILIES[family].albert_text else
+                {"do_lower_case": False})
+  else:
+    raise ValueError(
+        f"--tokenizer={folder}: unknown model_type {family!r} in config.json; "
+        f"expected one of {sorted(WORDPIECE_TYPES + tuple(sentencepiece.FAMILIES))}")
+  vocab_file = fileio.join(folder, file_name)
+  if not tf.io.gfile.exists(vocab_file):
+    raise ValueError(f"--tokenizer={folder}: no {file_name} (the {family} "
+                     "tokenizer's file)")
+  config_file = fileio.join(folder, "tokenizer_config.json")
+  saved = (fileio.read_json(config_file)
+           if tf.io.gfile.exists(config_file) else {})
+  settings = {key: bool(saved.get(key, default))
+              for key, default in defaults.items()}
+  return dict({"keep_accents": False}, **settings, vocab_file=vocab_file,
+              family=None if family in WORDPIECE_TYPES else family)

@@ -28,8 +28,8 @@ class PrepareCommand:
     run: runs the command on the parsed flags (prints what it wrote).
     text_flags_default_length: None for a command with flags of its own
       only; else the command also takes the flags of every text-to-records
-      command (--vocab_file, --output_dir, --max_seq_length with this
-      default, --no_lower_case, --bert_config_file), read back by
+      command (--vocab_file or --tokenizer, --output_dir, --max_seq_length
+      with this default, --no_lower_case, --bert_config_file), read back by
       `text_options(args)`.
   """
   name: str
@@ -41,7 +41,14 @@ class PrepareCommand:
 
 def add_text_flags(parser, default_length):
   """The flags every text-to-records command shares."""
-  parser.add_argument("--vocab_file", required=True)
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--vocab_file", help="a WordPiece vocab.txt")
+  source.add_argument(
+      "--tokenizer", metavar="FOLDER",
+      help="a Hugging Face (or converted) model folder: its config.json "
+           "model_type picks the tokenizer (WordPiece vocab.txt; ALBERT's "
+           "spiece.model, XLM-RoBERTa's sentencepiece.bpe.model) and "
+           "tokenizer_config.json its casing")
   parser.add_argument("--output_dir", required=True)
   parser.add_argument("--max_seq_length", type=int, default=default_length,
                       help="tokens per example; longer text is cut")
@@ -51,19 +58,43 @@ def add_text_flags(parser, default_length):
                       help="checks max_seq_length against the model")
 
 
-def text_options(args) -> Dict[str, Any]:
+def text_options(args, sentencepiece=False) -> Dict[str, Any]:
   """The shared flags as keyword arguments of the data/ prepare functions:
   vocab_file, output_dir, max_seq_length, do_lower_case and
-  max_position_embeddings (from --bert_config_file, or None)."""
+  max_position_embeddings (from --bert_config_file, or None); with a
+  SentencePiece --tokenizer also tokenizer_family and keep_accents.
+
+  Args:
+    args: the parsed flags.
+    sentencepiece: the command packs SentencePiece families' ids.
+  Raises:
+    ValueError: --tokenizer names a folder the command cannot read (one
+      line naming it).
+  """
   positions = None
   if args.bert_config_file:
     from bertexp.model import encoders
     positions = encoders.read_config(
         args.bert_config_file).max_position_embeddings
-  return dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
-              max_seq_length=args.max_seq_length,
-              do_lower_case=not args.no_lower_case,
-              max_position_embeddings=positions)
+  options = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
+                 max_seq_length=args.max_seq_length,
+                 do_lower_case=not args.no_lower_case,
+                 max_position_embeddings=positions)
+  if getattr(args, "tokenizer", None):
+    from bertexp.data import tokenization
+    settings = tokenization.folder_settings(args.tokenizer)
+    options.update(vocab_file=settings["vocab_file"],
+                   do_lower_case=settings["do_lower_case"] and not
+                   args.no_lower_case)
+    if settings["family"] is not None:
+      if not sentencepiece:
+        raise ValueError(
+            f"--tokenizer={args.tokenizer}: {settings['family']}'s "
+            "SentencePiece ids are packed by prepare classification and "
+            "prepare glue so far; this command reads WordPiece folders")
+      options.update(tokenizer_family=settings["family"],
+                     keep_accents=settings["keep_accents"])
+  return options
 
 
 def discover():

@@ -18,15 +18,17 @@ class TextPacker(tf.Module):
   packs them. Saved beside an ONNX model (`bertexp export-onnx`), it gives
   that model a `serve_text` signature.
 
-  Tracks the WordPiece tokenizer, so a SavedModel of this module holds the
-  vocabulary table.
+  Tracks the tokenizer, so a SavedModel of this module holds its
+  vocabulary table (WordPiece) or model (SentencePiece).
   """
 
   def __init__(self, *, vocab_file, do_lower_case, max_seq_length,
-               num_text_features):
+               num_text_features, tokenizer_family=None, keep_accents=False):
     """Args:
       vocab_file, do_lower_case, max_seq_length: as `bertexp prepare` used.
       num_text_features: 1 (`text`) or 2 (`text_a`, `text_b`).
+      tokenizer_family, keep_accents: a SentencePiece tokenizer's, as the
+        meta data records them (see tokenization.load).
     Raises:
       ValueError: num_text_features is not 1 or 2.
     """
@@ -36,9 +38,12 @@ class TextPacker(tf.Module):
                        f"{num_text_features!r}")
     self._packing = dict(vocab_file=vocab_file, do_lower_case=do_lower_case,
                          max_seq_length=max_seq_length,
-                         num_text_features=num_text_features)
-    self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
-    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+                         num_text_features=num_text_features,
+                         tokenizer_family=tokenizer_family,
+                         keep_accents=keep_accents)
+    self._tokenizer = tokenization.load(vocab_file, do_lower_case,
+                                        tokenizer_family, keep_accents)
+    self.tokenizer = self._tokenizer.module           # tracked: saved with us
     self._max_seq_length = max_seq_length
     self._pairs = num_text_features == 2
 
@@ -66,16 +71,18 @@ class TextPacker(tf.Module):
 class PackedTextServing(TextPacker):
   """text [B] (or text_a + text_b [B]) -> the task's serving outputs.
 
-  Tracks the model and the WordPiece tokenizer, so an export that holds
-  this module saves the vocabulary table with the weights.
+  Tracks the model's variables and the tokenizer, so an export that holds
+  this module saves the vocabulary table (or SentencePiece model) with the
+  weights.
   """
 
   def __init__(self, model, serving_outputs, **packing):
     """Args:
       model: token ids -> the model's outputs.
       serving_outputs: the task's outputs -> what the signature returns.
-      **packing: vocab_file, do_lower_case, max_seq_length and
-        num_text_features, as for TextPacker.
+      **packing: vocab_file, do_lower_case, max_seq_length,
+        num_text_features (and a SentencePiece tokenizer's settings), as
+        for TextPacker.
     Raises:
       ValueError: num_text_features is not 1 or 2.
     """

@@ -353,7 +353,9 @@ class ClassificationTask(base.RecordTask):
         model, self.serving_outputs, vocab_file=vocab,
         do_lower_case=self.meta.get("do_lower_case", True),
         max_seq_length=self.meta["max_seq_length"],
-        num_text_features=self.meta.get("num_text_features", 1))
+        num_text_features=self.meta.get("num_text_features", 1),
+        tokenizer_family=self.meta.get("tokenizer_family"),
+        keep_accents=self.meta.get("keep_accents", False))
 
   def input_files(self):
     return {"vocab_file": self.meta.get("vocab_file"),

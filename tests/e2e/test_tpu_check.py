@@ -56,7 +56,7 @@ TPU_CORES = 8
 # replicas for the other kinds of step (their heads, losses and eval
 # outputs go through the same split, pad and gather code; each 8-replica
 # process costs about four times a 2-replica one, mostly per-replica graph
-# building). Every file as shipped runs on 8 (SHIPPED_RUNS).
+# building). The files as shipped: SHIPPED_RUNS.
 EQUALITY_REPLICAS = {"experiments/glue/mnli_tpu.gin": TPU_CORES}
 OTHER_EQUALITY_REPLICAS = 2
 
@@ -68,10 +68,19 @@ def equality_replicas(gin_file):
 # superset of its kind: mnli_tpu.gin (mrpc_tpu.gin's classification plus
 # extra eval and test splits), squad_v2_tpu.gin (v1.1's span step plus null
 # answers), bert_base_tpu.gin. The other two compile the same step, which
-# their covering cells run (COVERED_BY).
+# their covering cells run (COVERED_BY). The classification file runs on the
+# TPU check's 8 replicas, the others on 2 XLA replicas (the same bfloat16
+# step, compiled per replica; test_every_shipped_global_batch_splits_8_ways
+# checks what 8 replicas add: batches that divide among them).
 SHIPPED_RUNS = ("experiments/glue/mnli_tpu.gin",
                 "experiments/squad/squad_v2_tpu.gin",
                 "experiments/pretrain/bert_base_tpu.gin")
+SHIPPED_REPLICAS = {"experiments/glue/mnli_tpu.gin": TPU_CORES}
+
+
+def shipped_replicas(gin_file):
+  """The XLA replicas of `gin_file`'s run as shipped."""
+  return SHIPPED_REPLICAS.get(gin_file, OTHER_EQUALITY_REPLICAS)
 # The float32 TPU check trains this many steps at mf.LEARNING_RATE: enough
 # for every compared kernel to move 100x the equality tolerance.
 TPU_FLOAT32_STEPS = mf.TRAIN_STEPS
@@ -98,7 +107,7 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
   else:
     gin_files.append("runtime/tpu_check.gin")
     params["CPU_REPLICAS"] = (equality_replicas(gin_file) if float32
-                              else TPU_CORES)
+                              else shipped_replicas(gin_file))
   mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
           "train_and_eval") if float32 else "train"
   return mf.train_args(gin_files, params, extra, mode=mode)
@@ -215,20 +224,46 @@ def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
 def test_tpu_experiment_as_shipped_compiles_and_trains_in_bfloat16(
     gin_file, tpu_check_runs):
   """The shipped file as it is (tpu.gin's mixed_bfloat16, its own batch
-  size, learning rate and dropout) compiles with XLA on 8 CPU replicas and
-  trains two steps of its global batch to finite weights."""
+  size, learning rate and dropout) compiles with XLA on CPU replicas (8 for
+  classification, 2 for the others: SHIPPED_REPLICAS) and trains two steps
+  of its global batch to finite weights."""
   params, run = tpu_check_runs[gin_file]["shipped"]
   run.result()
   model_dir = params["MODEL_DIR"]
   summary = mf.summary(model_dir)
   assert summary["steps_this_run"] == 2 and summary["nonfinite_steps"] == 0
-  assert summary["replicas"] == TPU_CORES
+  assert summary["replicas"] == shipped_replicas(gin_file)
   assert summary["provenance"]["precision"] == "mixed_bfloat16"
   assert "jit_compile = True" in open(os.path.join(model_dir,
                                                    "config.gin")).read()
   assert summary["examples_seen"] == 2 * summary["global_batch_size"]
   assert all(np.isfinite(w).all() for w in mf.model_weights(
       model_dir, step=2).values())
+
+
+def _batch_sizes(gin_file):
+  """{TRAIN_BATCH_SIZE, EVAL_BATCH_SIZE: value} a shipped file sets, itself
+  or through an experiment file it includes (its own assignment last)."""
+  sizes = {}
+  for line in open(os.path.join(REPO, gin_file)).read().splitlines():
+    words = line.split("#")[0].split()
+    if words[:1] == ["include"] and words[1].strip("'\"").count("/") == 1:
+      included = os.path.join("experiments", words[1].strip("'\""))
+      if os.path.exists(os.path.join(REPO, included)):
+        sizes.update(_batch_sizes(included))
+    elif len(words) == 3 and words[0] in ("TRAIN_BATCH_SIZE",
+                                          "EVAL_BATCH_SIZE"):
+      sizes[words[0]] = int(words[2])
+  return sizes
+
+
+@pytest.mark.parametrize("gin_file", TPU_EXPERIMENTS)
+def test_every_shipped_global_batch_splits_8_ways(gin_file):
+  """A TPU v2/v3-8 has 8 cores: each file's training and evaluation batch
+  divides among them (the runs on 2 replicas would not show it)."""
+  sizes = _batch_sizes(gin_file)
+  assert set(sizes) == {"TRAIN_BATCH_SIZE", "EVAL_BATCH_SIZE"}, sizes
+  assert all(size % TPU_CORES == 0 for size in sizes.values()), sizes
 
 
 def _assert_every_example_counted_once(params, model_dir):

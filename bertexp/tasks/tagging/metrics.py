@@ -6,8 +6,15 @@ type starts an entity).
 from typing import Dict, List, Sequence
 
 import numpy as np
-from seqeval import metrics as seqeval_metrics
-from seqeval.metrics import sequence_labeling
+
+
+def _seqeval():
+  """seqeval's metrics and sequence_labeling modules, imported when scores
+  are computed: seqeval imports scikit-learn (0.4 s), which a process that
+  only trains or serves need not pay."""
+  from seqeval import metrics  # pylint: disable=g-import-not-at-top
+  from seqeval.metrics import sequence_labeling  # pylint: disable=g-import-not-at-top
+  return metrics, sequence_labeling
 
 
 def merge_windows(gathered: Dict[str, np.ndarray], num_sentences: int,
@@ -52,6 +59,7 @@ def entity_scores(gold: List[List[str]], predicted: List[List[str]],
     {"precision", "recall", "f1", "accuracy", "f1_<TYPE>",
      "precision_<TYPE>", "recall_<TYPE>", "support_<TYPE>"}.
   """
+  seqeval_metrics, _ = _seqeval()
   result = {"accuracy": float(seqeval_metrics.accuracy_score(gold, predicted))}
   report = seqeval_metrics.classification_report(
       gold, predicted, output_dict=True, zero_division=0)
@@ -70,7 +78,7 @@ def entity_scores(gold: List[List[str]], predicted: List[List[str]],
 
 def token_accuracy(gold: List[List[str]], predicted: List[List[str]]):
   """Share of words whose tag is right (plain tagging such as POS)."""
-  return {"accuracy": float(seqeval_metrics.accuracy_score(gold, predicted))}
+  return {"accuracy": float(_seqeval()[0].accuracy_score(gold, predicted))}
 
 
 def entities(tags: Sequence[str], scores: Sequence[float], text: str,
@@ -85,7 +93,7 @@ def entities(tags: Sequence[str], scores: Sequence[float], text: str,
     entity's word scores; entities as seqeval (conlleval rules) reads them.
   """
   found = []
-  for entity_type, first, last in sequence_labeling.get_entities(list(tags)):
+  for entity_type, first, last in _seqeval()[1].get_entities(list(tags)):
     start, end = int(offsets[first][0]), int(offsets[last][1])
     found.append({"text": text[start:end], "type": entity_type,
                   "start": start, "end": end,

@@ -50,6 +50,7 @@ SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
                     "test_long_documents.py", "test_class_weights.py",
                     "test_tagging.py", "test_early_stopping.py",
                     "test_kfold.py", "test_encoder_families.py",
+                    "test_sentencepiece_families.py",
                     "test_train_step.py", "test_squad_task.py",
                     "test_real_weights.py", "test_hub_encoder.py",
                     "test_pretraining_task.py")
@@ -122,8 +123,13 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   from bertexp.data import prepare
   gfile = tf.io.gfile
   # Per process: `make test` runs test files in several processes.
-  local = write_sst2_folder(os.path.join(
-      tempfile.gettempdir(), f"bertexp_sst2_src_{os.getpid()}"))
+  source = os.path.join(tempfile.gettempdir(),
+                        f"bertexp_sst2_src_{os.getpid()}")
+  if not os.path.exists(source):
+    import atexit
+    import shutil
+    atexit.register(shutil.rmtree, source, True)     # not left in /tmp
+  local = write_sst2_folder(source)
   glue_dir = f"{root}/SST-2"
   gfile.makedirs(glue_dir)
   for name in os.listdir(local):
@@ -146,6 +152,94 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
       "INPUT_META_DATA_PATH": f"{root}/data/sst2_meta_data",
       "MODEL_DIR": f"{root}/model",
   }
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory):
+  """A folder all test processes of one pytest run share (xdist gives each
+  worker its own base temp, under one parent), for `shared_run`."""
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent
+  return str(base / "shared_runs")
+
+
+def shared_run(shared_root, name, build):
+  """shared_root/name, made by `build(folder)` once per pytest run: the
+  first test process that asks builds it under a file lock, the others wait
+  for it and reuse it. A test that writes into a shared run works on a copy
+  (`copy_run`)."""
+  import fcntl
+  import shutil
+  folder = os.path.join(shared_root, name)
+  os.makedirs(shared_root, exist_ok=True)
+  with open(folder + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      if not os.path.exists(os.path.join(folder, "COMPLETE")):
+        shutil.rmtree(folder, ignore_errors=True)
+        build(folder)
+        open(os.path.join(folder, "COMPLETE"), "w").close()
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+  return folder
+
+
+def copy_run(params, destination):
+  """`params` of a shared run with MODEL_DIR copied to `destination` (its
+  data stay shared, read only)."""
+  import shutil
+  shutil.copytree(params["MODEL_DIR"], destination)
+  return dict(params, MODEL_DIR=str(destination))
+
+
+# The shared classifier's training: until its probabilities spread over
+# [0, 1] (what int8 bounds are measured on), float32.
+SPREAD_TRAINING = {"TRAIN_STEPS": 60, "TRAIN_BATCH_SIZE": 16,
+                   "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-2,
+                   "EVAL_BATCH_SIZE": 16}
+
+
+@pytest.fixture(scope="session")
+def trained_h64_classifier(shared_runs):
+  """The macro bindings of one tiny SST-2 classifier, hidden size 64
+  (kernels of 64 x 64 and more: above TFLite's and ONNX Runtime's
+  quantisation floors), trained as SPREAD_TRAINING says in float32 and
+  exported, once per `make test` for every test process: the TFLite and
+  ONNX export tests start from it (each on its own copy)."""
+  from bertexp import cli
+
+  def build(folder):
+    os.makedirs(folder)
+    with open(os.path.join(folder, "vocab.txt"), "w") as f:
+      f.write("\n".join(TINY_VOCAB) + "\n")
+    with open(os.path.join(folder, "config_h64.json"), "w") as f:
+      json.dump(dict(TINY_CONFIG, hidden_size=64, intermediate_size=128), f)
+    params = prepare_tiny_sst2_run(os.path.join(folder, "exp"),
+                                   os.path.join(folder, "vocab.txt"),
+                                   os.path.join(folder, "config_h64.json"))
+    with open(os.path.join(folder, "params.json"), "w") as f:
+      json.dump(params, f)
+    for mode in ("train", "export"):
+      gin.clear_config()
+      assert cli.main(["train", f"--gin_file={DEMO_GIN}", f"--mode={mode}"] +
+                      gin_params(params, **SPREAD_TRAINING) + [
+                          "--gin_param=bertexp.configure_numerics.precision="
+                          "'float32'"]) == 0
+    gin.clear_config()
+
+  folder = shared_run(shared_runs, "h64_classifier", build)
+  with open(os.path.join(folder, "params.json")) as f:
+    return json.load(f)
+
+
+DEMO_GIN = os.path.join(REPO, "experiments", "demo", "movie_sentiment_cpu.gin")
+
+
+def gin_params(params, **more):
+  """--gin_param flags binding each MACRO of `params` (and `more`)."""
+  return [f"--gin_param={k}={json.dumps(v)}"
+          for k, v in dict(params, **more).items()]
 
 
 def requires_minilm():

@@ -38,6 +38,15 @@ TRAIN_STEPS = 3
 # less and are compared relative to their movement (test_strategy_matrix).
 LEARNING_RATE = 1e-3
 TOLERANCE = 1e-5
+# The cells' encoder: the tiny config with one Transformer layer and no
+# dropout. What a cell compares (how a global batch is split, summed and
+# gathered across replicas and workers) does not depend on the depth, and
+# one layer builds each step's graph in two thirds of the time of two
+# (measured: 5.0 against 7.6 CPU-seconds for a 2-replica classification
+# run); stacked layers are checked by the family parity tests and the real
+# 6-layer MiniLM runs.
+MATRIX_CONFIG = dict(TINY_CONFIG, num_hidden_layers=1, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
 
 
 def _write(path, text):
@@ -188,8 +197,7 @@ def build_fixtures(root):
   vocab = f"{root}/vocab.txt"
   _write(vocab, "\n".join(TINY_VOCAB) + "\n")
   config = f"{root}/bert_config.json"
-  _write(config, json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
-                                 attention_probs_dropout_prob=0.0)))
+  _write(config, json.dumps(MATRIX_CONFIG))
   tf.random.set_seed(0)
   converters.write_checkpoint_folder(bertexp.load_encoder(config), vocab,
                                       f"{root}/init")
@@ -457,7 +465,7 @@ def assert_differences_far_below_movement(model_dir, reference_dir,
   kernels whose gradients are tiny (attention keys move ~1e-5 in 3 steps)."""
   ours = model_weights(model_dir)
   moved = kernel_movement(reference_dir, init_checkpoint)
-  assert len(moved) >= 8
+  assert len(moved) >= 7      # a block's six kernels and the pooler, at least
   reference = model_weights(reference_dir)
   for name, movement in moved.items():
     difference = float(np.abs(ours[name] - reference[name]).max())

@@ -227,8 +227,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
     }
-    if tokenizer_family:
-      meta.update(tokenizer_family=tokenizer_family, keep_accents=keep_accents)
+    meta.update(tokenization.meta_fields(tokenizer_family, keep_accents))
     if fold_record:
       meta["folds"] = fold_record
     if doc_stride:

@@ -311,6 +311,21 @@ def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
       keep_accents=keep_accents)
 
 
+def meta_fields(tokenizer_family, keep_accents):
+  """What a prepare command adds to its meta data for a SentencePiece
+  tokenizer (nothing for WordPiece), so that serve_text loads the same."""
+  if not tokenizer_family:
+    return {}
+  return {"tokenizer_family": tokenizer_family, "keep_accents": keep_accents}
+
+
+def from_meta(meta, vocab_file):
+  """The tokenizer a prepare command recorded in `meta` (with `vocab_file`,
+  its file as found now)."""
+  return load(vocab_file, meta.get("do_lower_case", True),
+              meta.get("tokenizer_family"), meta.get("keep_accents", False))
+
+
 def folder_settings(folder):
   """What `--tokenizer=FOLDER` (a Hugging Face or converted folder) means:
   {"vocab_file", "do_lower_case", "family", "keep_accents"} for `load`.

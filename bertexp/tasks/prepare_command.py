@@ -90,8 +90,9 @@ def text_options(args, sentencepiece=False) -> Dict[str, Any]:
       if not sentencepiece:
         raise ValueError(
             f"--tokenizer={args.tokenizer}: {settings['family']}'s "
-            "SentencePiece ids are packed by prepare classification and "
-            "prepare glue so far; this command reads WordPiece folders")
+            "SentencePiece ids are packed by prepare classification, glue "
+            "and multiple_choice so far; this command reads WordPiece "
+            "folders")
       options.update(tokenizer_family=settings["family"],
                      keep_accents=settings["keep_accents"])
   return options

@@ -17,7 +17,8 @@ from bertexp.model import onnx_graph
 from bertexp.serving.exporting import onnx_export
 from bertexp.tasks.squad import task as squad
 from bertexp.tasks.tagging import task as tagging
-from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
+from conftest import (DEMO_GIN, REPO, SPREAD_TRAINING, TINY_CONFIG, copy_run,
+                      gin_params)
 
 CONFIG = dict(TINY_CONFIG, vocab_size=40, hidden_size=32,
               num_attention_heads=4, intermediate_size=64,
@@ -104,19 +105,13 @@ def test_a_task_without_an_onnx_head_says_so_in_one_line():
     tagger.onnx_head()
 
 
-def test_export_onnx_command_writes_float32_and_int8(tmp_path, tiny_vocab,
-                                                     capsys):
-  # Kernels of 64 × 64 and more, so that int8 weights shrink the file.
-  config = tmp_path / "bert_config_h64.json"
-  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_size=64,
-                                    intermediate_size=128)))
-  run = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, str(config))
-  params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
-      "--gin_param=TRAIN_STEPS=2", "--gin_param=TRAIN_BATCH_SIZE=4",
-      "--gin_param=EVAL_BATCH_SIZE=4"]
-  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
-  assert cli.main(["train", f"--gin_file={gin_file}", "--mode=train"] +
-                  params) == 0
+def test_export_onnx_command_writes_float32_and_int8(
+    tmp_path, trained_h64_classifier, capsys):
+  # The shared classifier's kernels are 64 x 64 and more, so that int8
+  # weights shrink the file.
+  run = copy_run(trained_h64_classifier, tmp_path / "model")
+  params = gin_params(run, **SPREAD_TRAINING)
+  gin_file = DEMO_GIN
   assert cli.main(["export-onnx", f"--gin_file={gin_file}"] + params) == 0
   folder = os.path.join(run["MODEL_DIR"], "onnx")
   with open(os.path.join(folder, "onnx_report.json")) as f:
@@ -154,28 +149,20 @@ INT8_PROBABILITY_BOUND = 5e-3
 
 
 def test_int8_stays_within_its_bound_and_is_served_as_in_process(
-    tmp_path, tiny_vocab, tiny_config):
-  """A tiny classifier trained until its probabilities spread over [0, 1]
-  (their range is over 10x the bound), exported by `bertexp export-onnx`:
-  its int8 model, run by ONNX Runtime in this process on real sentences, is
-  within INT8_PROBABILITY_BOUND of the float32 SavedModel of the same
-  checkpoint (not of the exporter's own figures); `bertexp serve` on the
-  int8 folder answers exactly what the in-process session gives, over REST
-  on token ids and on raw text."""
+    tmp_path, tiny_vocab, trained_h64_classifier):
+  """The shared tiny classifier, trained until its probabilities spread
+  over [0, 1] (their range is over 10x the bound), exported by `bertexp
+  export-onnx`: its int8 model, run by ONNX Runtime in this process on real
+  sentences, is within INT8_PROBABILITY_BOUND of the float32 SavedModel of
+  the same checkpoint (not of the exporter's own figures); `bertexp serve`
+  on the int8 folder answers exactly what the in-process session gives,
+  over REST on token ids and on raw text."""
   import requests
   from bertexp.data import tokenization
   from conftest import NEGATIVE, POSITIVE, start_server
-  run = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
-  params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
-      "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=16",
-      "--gin_param=STEPS_PER_LOOP=60", "--gin_param=LEARNING_RATE=1e-2",
-      "--gin_param=EVAL_BATCH_SIZE=16",
-      "--gin_param=bertexp.configure_numerics.precision='float32'"]
-  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
-  for mode in ("train", "export"):
-    assert cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
-                    params) == 0
-  assert cli.main(["export-onnx", f"--gin_file={gin_file}"] + params) == 0
+  run = copy_run(trained_h64_classifier, tmp_path / "model")
+  assert cli.main(["export-onnx", f"--gin_file={DEMO_GIN}"] +
+                  gin_params(run, **SPREAD_TRAINING)) == 0
   model_dir = run["MODEL_DIR"]
   texts = POSITIVE + NEGATIVE
   tokenizer = tokenization.Tokenizer(tiny_vocab, do_lower_case=True)

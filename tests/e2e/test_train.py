@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.data import prepare
-from conftest import REPO, TINY_CONFIG, prepare_tiny_sst2_run
+from conftest import (DEMO_GIN, REPO, SPREAD_TRAINING, TINY_CONFIG, copy_run,
+                      gin_params, prepare_tiny_sst2_run)
 
 
 def _params(paths, **more):
@@ -313,17 +314,14 @@ def test_mnli_reports_matched_and_mismatched(tmp_path, tiny_vocab, tiny_config):
   assert rows[1].split("\t")[1] in ("contradiction", "entailment", "neutral")
 
 
-def test_export_tflite_float_and_int8(tmp_path, tiny_vocab, capsys):
-  # Kernels of 64 x 64 and more: above TFLite's 1024-element floor for
-  # dynamic-range quantisation, so int8 must shrink the model.
-  config = tmp_path / "bert_config_h64.json"
-  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_size=64,
-                                    intermediate_size=128)))
-  tiny_run = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, str(config))
-  _train(tiny_run, TRAIN_STEPS=2)
-  gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
-  assert cli.main(["export-tflite", f"--gin_file={gin_file}"] +
-                  _params(tiny_run)) == 0
+def test_export_tflite_float_and_int8(tmp_path, trained_h64_classifier,
+                                      capsys):
+  # The shared classifier's kernels are 64 x 64 and more: above TFLite's
+  # 1024-element floor for dynamic-range quantisation, so int8 must shrink
+  # the model.
+  tiny_run = copy_run(trained_h64_classifier, tmp_path / "model")
+  assert cli.main(["export-tflite", f"--gin_file={DEMO_GIN}"] +
+                  gin_params(tiny_run, **SPREAD_TRAINING)) == 0
   report = _read_json(f"{tiny_run['MODEL_DIR']}/tflite/tflite_report.json")
   assert report["float"]["examples"] == 16
   assert report["float"]["argmax_agreement"] == 1.0

@@ -11,6 +11,7 @@ from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import prepare
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
@@ -354,8 +355,8 @@ class ClassificationTask(base.RecordTask):
         do_lower_case=self.meta.get("do_lower_case", True),
         max_seq_length=self.meta["max_seq_length"],
         num_text_features=self.meta.get("num_text_features", 1),
-        tokenizer_family=self.meta.get("tokenizer_family"),
-        keep_accents=self.meta.get("keep_accents", False))
+        **tokenization.meta_fields(self.meta.get("tokenizer_family"),
+                                   self.meta.get("keep_accents", False)))
 
   def input_files(self):
     return {"vocab_file": self.meta.get("vocab_file"),

@@ -8,7 +8,8 @@ SWAG's layout; JSONL files of the same command read `--choices_column`). With `-
 correct choice's index (0-based) or its text.
 
 Each example becomes N packed sequences `[CLS] context [SEP] choice [SEP]`
-(longest-first truncation, as `prepare classification` packs pairs),
+(the tokenizer's pair layout and longest-first truncation, as `prepare
+classification` packs pairs),
 stored flattened: int features of N * max_seq_length.
 """
 import csv
@@ -116,9 +117,13 @@ def encode(tokenizer, examples, max_seq_length):
 
 def prepare_multiple_choice(*, task_name, files, vocab_file, output_dir,
                             max_seq_length, do_lower_case=True,
-                            max_position_embeddings=None, **columns):
+                            max_position_embeddings=None,
+                            tokenizer_family=None, keep_accents=False,
+                            **columns):
   """Writes <task>_<split>.tf_record per (split, path) of `files` and
-  <task>_meta_data; returns the meta data.
+  <task>_meta_data; returns the meta data. tokenizer_family, keep_accents:
+  a SentencePiece tokenizer's (see tokenization.load); its pair layout packs
+  each (context, choice).
 
   Raises:
     ValueError: see read_examples; a training or evaluation file without
@@ -130,11 +135,13 @@ def prepare_multiple_choice(*, task_name, files, vocab_file, output_dir,
   from bertexp.data import windows
   from bertexp.util import fileio
   windows.check_lengths(max_seq_length, max_position_embeddings, None)
-  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+                                keep_accents)
   meta = {"task": task_name, "max_seq_length": max_seq_length,
           "label_type": "int", "vocab_file": os.path.abspath(vocab_file),
           "do_lower_case": do_lower_case, "vocab_size": len(tokenizer.vocab),
-          "split_sizes": {}, "truncated_sequences": {}}
+          "split_sizes": {}, "truncated_sequences": {},
+          **tokenization.meta_fields(tokenizer_family, keep_accents)}
   fileio.makedirs(output_dir)
   for split, path in files:
     examples = read_examples(path, **columns)
@@ -188,7 +195,8 @@ def _run(args):
       choice_columns=([c.strip() for c in args.choice_columns.split(",")]
                       if args.choice_columns else None),
       question_column=args.question_column, label_column=args.label_column,
-      id_column=args.id_column, **prepare_command.text_options(args))
+      id_column=args.id_column,
+      **prepare_command.text_options(args, sentencepiece=True))
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples of "
         f"{meta['num_choices']} choices, truncated sequences "
         f"{meta['truncated_sequences']}", flush=True)

@@ -73,13 +73,19 @@ class ChoiceServing(tf.Module):
   [B, N] and choice [B], tokenized and packed in the graph as `bertexp
   prepare multiple_choice` packs them. Tracks the model and the tokenizer."""
 
-  def __init__(self, model, serving_outputs, *, vocab_file, do_lower_case,
-               max_seq_length, num_choices):
+  def __init__(self, model, serving_outputs, *, tokenizer, max_seq_length,
+               num_choices):
+    """Args:
+      model: token ids -> choice logits.
+      serving_outputs: the task's outputs -> what the signature returns.
+      tokenizer: the tokenizer prepare used (tokenization.from_meta).
+      max_seq_length, num_choices: as prepared.
+    """
     super().__init__()
     serving_weights.attach_model(self, model)
     self._serving_outputs = serving_outputs
-    self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
-    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+    self._tokenizer = tokenizer
+    self.tokenizer = tokenizer.module                 # tracked: saved with us
     self._length, self._choices = max_seq_length, num_choices
 
   def _serve(self, context, choices):
@@ -247,8 +253,8 @@ class MultipleChoiceTask(base.RecordTask):
     vocab = base.serving_vocab(self.meta, self.meta_data_path)
     if vocab is None:
       return None
-    return ChoiceServing(model, self.serving_outputs, vocab_file=vocab,
-                         do_lower_case=self.meta.get("do_lower_case", True),
+    return ChoiceServing(model, self.serving_outputs,
+                         tokenizer=tokenization.from_meta(self.meta, vocab),
                          max_seq_length=self.seq_length,
                          num_choices=self.num_choices)
 

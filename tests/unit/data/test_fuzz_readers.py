@@ -1,8 +1,10 @@
 """Hostile input, generated (hypothesis): every reader either reads the file
 or raises bertexp's own clear error (ValueError / FileNotFoundError naming
 the file) — never another exception, never a half-written output."""
+import atexit
 import json
 import os
+import shutil
 import tempfile
 
 import gin
@@ -70,6 +72,7 @@ def _squad_like():
 
 
 _FOLDER = tempfile.mkdtemp(prefix="bertexp_fuzz_")
+atexit.register(shutil.rmtree, _FOLDER, True)       # not left in /tmp
 
 
 def _file(content, suffix):

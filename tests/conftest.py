@@ -88,6 +88,19 @@ def tiny_config(tmp_path):
   return str(path)
 
 
+# For tests of what runs around the model (faults, sweeps, folds, locks):
+# one Transformer layer builds each step's graph in two thirds of the time
+# of two, and nothing they check depends on the depth.
+ONE_LAYER_CONFIG = dict(TINY_CONFIG, num_hidden_layers=1)
+
+
+@pytest.fixture
+def one_layer_config(tmp_path):
+  path = tmp_path / "bert_config_1_layer.json"
+  path.write_text(json.dumps(ONE_LAYER_CONFIG))
+  return str(path)
+
+
 POSITIVE = ["the movie was good", "a great film !", "it is fun", "very good",
             "the plot is great", "fun and good", "a good movie", "great !"]
 NEGATIVE = ["the movie was bad", "a dull film .", "it is not fun",
@@ -193,10 +206,11 @@ def copy_run(params, destination):
   return dict(params, MODEL_DIR=str(destination))
 
 
-# The shared classifier's training: until its probabilities spread over
-# [0, 1] (what int8 bounds are measured on), float32.
+# The shared classifier's training, float32: its probabilities spread over
+# a third of [0, 1] without saturating (at 1e-2 they did, and hid what int8
+# rounding changes).
 SPREAD_TRAINING = {"TRAIN_STEPS": 60, "TRAIN_BATCH_SIZE": 16,
-                   "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-2,
+                   "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-3,
                    "EVAL_BATCH_SIZE": 16}
 
 

@@ -18,15 +18,17 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.train import stop_signals
-from conftest import REPO, TINY_CONFIG, TINY_VOCAB, prepare_tiny_sst2_run
+from conftest import (ONE_LAYER_CONFIG, REPO, TINY_VOCAB,
+                      prepare_tiny_sst2_run)
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
 ENV = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
 
 
 @pytest.fixture
-def run(tmp_path, tiny_vocab, tiny_config):
-  return prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+def run(tmp_path, tiny_vocab, one_layer_config):
+  return prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab,
+                               one_layer_config)
 
 
 def _args(paths, model_dir, mode="train", **more):
@@ -238,7 +240,7 @@ def two_checkpoints_run(tmp_path_factory):
   with open(vocab, "w") as f:
     f.write("\n".join(TINY_VOCAB) + "\n")
   with open(config, "w") as f:
-    json.dump(TINY_CONFIG, f)
+    json.dump(ONE_LAYER_CONFIG, f)
   paths = prepare_tiny_sst2_run(str(root / "exp"), vocab, config)
   model_dir = str(root / "model")
   assert cli.main(_two_checkpoints_args(paths, model_dir)) == 0

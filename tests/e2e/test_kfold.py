@@ -15,7 +15,7 @@ DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
 
 
 @pytest.fixture
-def kfold_data(tmp_path, tiny_vocab, tiny_config):
+def kfold_data(tmp_path, tiny_vocab):
   folder = write_sst2_folder(str(tmp_path / "sst"))
   assert cli.main(["prepare", "classification", "--task_name=kf",
                    f"--train_file={folder}/train.tsv",
@@ -38,12 +38,12 @@ def test_prepare_writes_each_folds_training_and_held_out_rows(kfold_data):
 
 
 def test_a_sweep_over_folds_reports_the_fold_mean_and_out_of_fold_rows(
-    kfold_data, tiny_config):
+    kfold_data, one_layer_config):
   root, meta = kfold_data
   grid = root / "grid.py"
   grid.write_text("def grid():\n  return [{'LEARNING_RATE': 1e-3}]\n")
   data = f"{root}/data"
-  params = {"BERT_CONFIG_FILE": tiny_config, "INIT_CHECKPOINT": None,
+  params = {"BERT_CONFIG_FILE": one_layer_config, "INIT_CHECKPOINT": None,
             "REQUIRE_PRETRAINED_ENCODER": False,
             "TRAIN_DATA_PATH": f"{data}/kf_train.tf_record",
             "EVAL_DATA_PATH": f"{data}/kf_eval.tf_record",

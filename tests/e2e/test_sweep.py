@@ -65,8 +65,9 @@ def test_bad_grids_are_clear_errors(tmp_path, body, message):
 
 
 @pytest.fixture
-def sweep_setup(tmp_path, tiny_vocab, tiny_config):
-  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+def sweep_setup(tmp_path, tiny_vocab, one_layer_config):
+  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab,
+                                one_layer_config)
   grid = tmp_path / "grid.py"
   grid.write_text("from bertexp.sweeps.grids import product\n"
                   "def grid():\n"

@@ -96,8 +96,9 @@ def test_the_holder_renews_its_lease(tmp_path):
 
 
 def test_bertexp_train_refuses_a_held_model_dir_and_eval_still_reads(
-    tmp_path, tiny_vocab, tiny_config, capsys):
-  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
+    tmp_path, tiny_vocab, one_layer_config, capsys):
+  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab,
+                                one_layer_config)
   gin_file = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
   params = [f'--gin_param={k}="{v}"' for k, v in paths.items()] + [
       "--gin_param=TRAIN_BATCH_SIZE=8", "--gin_param=EVAL_BATCH_SIZE=8",

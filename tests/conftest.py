@@ -262,15 +262,17 @@ def requires_minilm():
                 "(make setup, or python tools/demo_data.py fetch)")
 
 
-def tiny_sst2_task(root, vocab, dropout=0.0):
+def tiny_sst2_task(root, vocab, dropout=0.0, layers=None):
   """A ClassificationTask on the tiny SST-2 data under `root`, in file order
-  (no shuffle), with the tiny encoder's dropout rates set to `dropout`."""
+  (no shuffle), with the tiny encoder's dropout rates set to `dropout` (and
+  `layers` Transformer layers, when given)."""
   from bertexp.tasks.classification import task as classification
   config = os.path.join(root, f"config_{dropout}.json")
   os.makedirs(root, exist_ok=True)
+  depth = {} if layers is None else {"num_hidden_layers": layers}
   with open(config, "w") as f:
     json.dump(dict(TINY_CONFIG, hidden_dropout_prob=dropout,
-                   attention_probs_dropout_prob=dropout), f)
+                   attention_probs_dropout_prob=dropout, **depth), f)
   paths = prepare_tiny_sst2_run(os.path.join(root, f"exp_{dropout}"), vocab,
                                 config)
   return classification.ClassificationTask(

@@ -15,7 +15,7 @@ BATCH = 8
 
 @pytest.fixture
 def task(tmp_path, tiny_vocab):
-  return tiny_sst2_task(str(tmp_path), tiny_vocab, dropout=0.0)
+  return tiny_sst2_task(str(tmp_path), tiny_vocab, dropout=0.0, layers=1)
 
 
 def _trainer(task, replicas, make_optimizer, clip_norm=1.0, accumulation=1):

@@ -1,4 +1,4 @@
-"""An XLM-RoBERTa folder with its SentencePiece tokenizer, end to end:
+"""XLM-RoBERTa and ALBERT folders with their SentencePiece tokenizers, end to end:
 convert-checkpoint carries the tokenizer into the encoder folder, `prepare
 classification --tokenizer=FOLDER` writes the fast tokenizer's ids, the
 classifier fine-tunes and predicts, and the export's serve_text tokenizes
@@ -16,26 +16,32 @@ from bertexp import cli
 from conftest import TESTS
 import matrix_fixtures as mf
 
-FAMILY = os.path.join(TESTS, "golden", "families", "xlm-roberta")
-TOKENIZER = os.path.join(TESTS, "golden", "tokenizers", "xlm-roberta")
+GOLDEN = os.path.join(TESTS, "golden")
+TOKENIZER = os.path.join(GOLDEN, "tokenizers", "xlm-roberta")
+# model_type: (its SentencePiece file, the vocabulary that file gives:
+# XLM-R's 2,000 pieces shifted past fairseq's 4 specials, plus <mask>).
+FAMILIES = {"xlm-roberta": ("sentencepiece.bpe.model", 2002),
+            "albert": ("spiece.model", 2000)}
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
 
 
-def _hugging_face_folder(folder, vocab_size):
-  """The transformers-made small XLM-R (tests/golden/families) with the
-  SentencePiece tokenizer's files instead of the fixture's vocab.txt, its
-  word embedding table grown to `vocab_size` rows (random new rows)."""
+def _hugging_face_folder(folder, vocab_size, family="xlm-roberta"):
+  """The transformers-made small model of `family` (tests/golden/families)
+  with that family's SentencePiece tokenizer files instead of the
+  fixture's vocab.txt, its word embedding table grown to `vocab_size` rows
+  (random new rows)."""
   os.makedirs(folder)
-  for name in ("sentencepiece.bpe.model", "tokenizer_config.json"):
-    shutil.copy(os.path.join(TOKENIZER, name), folder)
-  tensors = load_file(os.path.join(FAMILY, "model.safetensors"))
+  for name in (FAMILIES[family][0], "tokenizer_config.json"):
+    shutil.copy(os.path.join(GOLDEN, "tokenizers", family, name), folder)
+  source = os.path.join(GOLDEN, "families", family)
+  tensors = load_file(os.path.join(source, "model.safetensors"))
   table = tensors["embeddings.word_embeddings.weight"]
   extra = np.random.default_rng(0).normal(
       0, 0.02, [vocab_size - table.shape[0], table.shape[1]])
   tensors["embeddings.word_embeddings.weight"] = np.concatenate(
       [table, extra.astype(table.dtype)])
   save_file(tensors, os.path.join(folder, "model.safetensors"))
-  with open(os.path.join(FAMILY, "config.json")) as f:
+  with open(os.path.join(source, "config.json")) as f:
     config = json.load(f)
   with open(os.path.join(folder, "config.json"), "w") as f:
     json.dump(dict(config, vocab_size=vocab_size, hidden_dropout_prob=0.0,
@@ -49,19 +55,20 @@ def _rows(golden):
   return [(t, int(any("a" <= c.lower() <= "z" for c in t))) for t in texts]
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
-    tmp_path, capsys):
-  golden = json.load(open(os.path.join(TOKENIZER, "ids.json"),
-                          encoding="utf-8"))
+    tmp_path, family):
+  model_file, vocab_size = FAMILIES[family]
+  golden = json.load(open(os.path.join(GOLDEN, "tokenizers", family,
+                                       "ids.json"), encoding="utf-8"))
   hf = str(tmp_path / "hf")
-  _hugging_face_folder(hf, 2002)
+  _hugging_face_folder(hf, vocab_size, family)
   encoder = str(tmp_path / "encoder")
   assert cli.main(["convert-checkpoint", "--from=huggingface",
                    f"--input={hf}", f"--output={encoder}"]) == 0
   assert sorted(os.listdir(encoder)) == sorted([
       "bert_config.json", "bert_model.ckpt.data-00000-of-00001",
-      "bert_model.ckpt.index", "sentencepiece.bpe.model",
-      "tokenizer_config.json"])
+      "bert_model.ckpt.index", model_file, "tokenizer_config.json"])
 
   rows = _rows(golden)
   with open(tmp_path / "train.tsv", "w", encoding="utf-8") as f:
@@ -74,14 +81,15 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
         for t, l in rows))
   data = str(tmp_path / "data")
   assert cli.main([
-      "prepare", "classification", "--task_name=xlmr",
+      "prepare", "classification", "--task_name=sp",
       f"--train_file={tmp_path}/train.tsv", f"--eval_file={tmp_path}/test.tsv",
       f"--test_file={tmp_path}/test.tsv", "--text_columns=sentence",
       "--label_column=label", f"--tokenizer={encoder}", f"--output_dir={data}",
       f"--max_seq_length={golden['seq']}"]) == 0
-  meta = json.load(open(f"{data}/xlmr_meta_data"))
-  assert meta["tokenizer_family"] == "xlm-roberta"
-  assert meta["vocab_size"] == 2002 and not meta["do_lower_case"]
+  meta = json.load(open(f"{data}/sp_meta_data"))
+  assert meta["tokenizer_family"] == family
+  assert meta["vocab_size"] == vocab_size
+  assert meta["do_lower_case"] == (family == "albert")   # their configs say
   # The records hold the fast tokenizer's ids (texts without a Unigram tie).
   want = {t: ids["input_ids"] for t, ids in zip(golden["texts"],
                                                  golden["ids"]["single"])}
@@ -89,7 +97,7 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
                                                      tf.int64)}
   written = [tf.io.parse_single_example(r, feature)["input_word_ids"].numpy()
              .tolist() for r in tf.data.TFRecordDataset(
-                 f"{data}/xlmr_test.tf_record")]
+                 f"{data}/sp_test.tf_record")]
   matches = [written[i] == want[t] for i, (t, _) in enumerate(rows)
              if t in want and "9,000" not in t]
   assert matches and all(matches), matches
@@ -98,10 +106,10 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
               order=["bertexp.ClassificationTask.shuffle_buffer_size=0"],
               params={"BERT_CONFIG_FILE": f"{encoder}/bert_config.json",
                       "INIT_CHECKPOINT": f"{encoder}/bert_model.ckpt",
-                      "TRAIN_DATA_PATH": f"{data}/xlmr_train.tf_record",
-                      "EVAL_DATA_PATH": f"{data}/xlmr_eval.tf_record",
-                      "TEST_DATA_PATH": f"{data}/xlmr_test.tf_record",
-                      "INPUT_META_DATA_PATH": f"{data}/xlmr_meta_data"})
+                      "TRAIN_DATA_PATH": f"{data}/sp_train.tf_record",
+                      "EVAL_DATA_PATH": f"{data}/sp_eval.tf_record",
+                      "TEST_DATA_PATH": f"{data}/sp_test.tf_record",
+                      "INPUT_META_DATA_PATH": f"{data}/sp_meta_data"})
   model_dir = str(tmp_path / "run")
   mf.run_in_process(spec, model_dir, mf.STRATEGIES["default"], FLOAT32,
                     mode="train_eval_predict")

@@ -79,11 +79,21 @@ def run(onnx_session, inputs):
   return dict(zip(names, onnx_session.run(names, feed)))
 
 
-def agreement(expected, got, labels=None):
+def agreement(expected, got, labels=None, mask=None):
   """How an ONNX model's outputs match the Keras model's on the same rows:
   max |difference| of every float output, argmax agreement of
   probabilities / span logits, and with a classifier's `labels` [N] both
-  models' accuracy."""
+  models' accuracy.
+
+  Args:
+    expected, got: {output name: numpy} of the Keras and the ONNX model.
+    labels: a classifier's labels [N], or None.
+    mask: the rows' input_mask [N, S], or None: a per-position output
+      ([N, S], e.g. span logits) is compared on real tokens only (padding
+      sits at -10000, where one float32 step is 1e-3).
+  Returns:
+    {figure name: value}.
+  """
   report = {}
   if labels is not None and "probabilities" in got:
     report["accuracy"] = float((got["probabilities"].argmax(-1) ==
@@ -93,7 +103,10 @@ def agreement(expected, got, labels=None):
   for name, want in expected.items():
     if want.dtype.kind != "f":
       continue
-    report[f"max_abs_diff_{name}"] = float(np.abs(got[name] - want).max())
+    difference = np.abs(got[name] - want)
+    if mask is not None and difference.shape == np.shape(mask):
+      difference = difference[np.asarray(mask) > 0]
+    report[f"max_abs_diff_{name}"] = float(difference.max())
     if name != "value":
       report[f"argmax_agreement_{name}"] = float(
           (got[name].argmax(-1) == want.argmax(-1)).mean())
@@ -137,7 +150,8 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
       report[kind] = dict(path=fileio.join(target, MODEL_FILE),
                           bytes=os.path.getsize(path),
                           examples=int(len(inputs["input_word_ids"])),
-                          **agreement(expected, got, labels))
+                          **agreement(expected, got, labels,
+                                      inputs["input_mask"]))
       with fileio.atomic_folder(target) as tmp:
         tf.io.gfile.copy(path, fileio.join(tmp, MODEL_FILE), overwrite=True)
         save_text_packer(task, model, tmp)

@@ -15,7 +15,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import prepare
 from bertexp.tasks.classification import task as classification
-from conftest import TINY_CONFIG, TINY_VOCAB
+from conftest import ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -87,7 +87,7 @@ def test_per_document_outputs_are_the_pooled_window_outputs(tmp_path):
   _prepare(str(tmp_path), 7)
   config = str(tmp_path / "bert_config.json")
   with open(config, "w") as f:
-    json.dump(TINY_CONFIG, f)
+    json.dump(ONE_LAYER_CONFIG, f)
   rng = np.random.default_rng(0)
   documents = np.array([0, 0, 1, 2, 2, 2, -1])             # -1: padding row
   outputs = rng.normal(size=[7, 2]).astype(np.float32)

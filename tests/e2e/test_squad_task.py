@@ -13,7 +13,8 @@ import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.util import demo_data
-from conftest import MINILM_HF, REPO, TINY_CONFIG, requires_minilm, start_server
+from conftest import (MINILM_HF, ONE_LAYER_CONFIG, REPO, requires_minilm,
+                      start_server)
 
 
 
@@ -36,7 +37,7 @@ def test_squad_train_eval_predict(tmp_path):
   demo_data.squad_subset(str(tmp_path), train_questions=64, dev_questions=20)
   vocab = os.path.join(MINILM_HF, "vocab.txt")
   config = tmp_path / "bert_config.json"
-  config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
+  config.write_text(json.dumps(dict(ONE_LAYER_CONFIG, vocab_size=30522,
                                     max_position_embeddings=128)))
   # A fixed initial encoder whatever ran before in this process (the
   # comparison below needs a model that predicts varied spans).
@@ -182,7 +183,7 @@ def test_squad_v2_shaped_run_reports_null_scores(tmp_path):
   meta = json.loads((tmp_path / "data" / "squad_v2.0_train_meta_data").read_text())
   assert meta["impossible_questions"] > 0
   config = tmp_path / "bert_config.json"
-  config.write_text(json.dumps(dict(TINY_CONFIG, vocab_size=30522,
+  config.write_text(json.dumps(dict(ONE_LAYER_CONFIG, vocab_size=30522,
                                     max_position_embeddings=128)))
   args = _train_args(tmp_path, config, vocab, "v2.0", "dev_v2.json", steps=2,
                      VERSION_2_WITH_NEGATIVE="True")

@@ -15,10 +15,10 @@ whitespace removed) inside the op, as the fast tokenizer does.
 """
 import dataclasses
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertexp.data import tokenizer_base
 from bertexp.util import fileio
 
 
@@ -61,7 +61,7 @@ FAMILIES = {
 _FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
   """Text -> the family's ids, in batches, with the SentencePiece op.
 
   The same interface as tokenization.Tokenizer (tokenize, tokenize_tf,
@@ -142,16 +142,3 @@ class SentencePieceTokenizer:
           lambda v: tf.where(v == 0, self.spec.unk_id, v + self.spec.id_offset),
           ids)
     return tf.cast(ids, tf.int64)
-
-  def tokenize(self, texts, batch_size=8192):
-    """list of str -> list of int32 numpy arrays, one per text."""
-    result = []
-    for start in range(0, len(texts), batch_size):
-      ragged = self.tokenize_tf(tf.constant(texts[start:start + batch_size]))
-      values = ragged.flat_values.numpy().astype(np.int32)
-      splits = ragged.row_splits.numpy()
-      result.extend(np.split(values, splits[1:-1]))
-    return result
-
-  def convert_ids_to_tokens(self, ids):
-    return [self.vocab[i] for i in ids]

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bertexp.data import tokenizer_base
 from bertexp.util import fileio
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -86,7 +87,7 @@ def _replace_long_words(texts):
   return tf.tensor_scatter_nd_update(texts, where, replaced)
 
 
-class Tokenizer:
+class Tokenizer(tokenizer_base.BatchTokenizer):
   """Text -> WordPiece ids, in batches, with tensorflow_text's C++ tokenizer."""
 
   def __init__(self, vocab_file, do_lower_case=True):
@@ -119,19 +120,6 @@ class Tokenizer:
   def tokenize_tf(self, texts):
     """tf.string [B] -> ragged int64 [B, (tokens)] (words merged)."""
     return self.wordpiece.tokenize(self.normalize(texts))
-
-  def tokenize(self, texts, batch_size=8192):
-    """list of str -> list of int32 numpy arrays, one per text."""
-    result = []
-    for start in range(0, len(texts), batch_size):
-      ragged = self.tokenize_tf(tf.constant(texts[start:start + batch_size]))
-      values = ragged.flat_values.numpy().astype(np.int32)
-      splits = ragged.row_splits.numpy()
-      result.extend(np.split(values, splits[1:-1]))
-    return result
-
-  def convert_ids_to_tokens(self, ids):
-    return [self.vocab[i] for i in ids]
 
 
 def truncated_lengths(len_a, len_b, max_tokens, rule="google", ops=np):

@@ -15,7 +15,7 @@ from bertexp.data import prepare
 from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.tasks.classification import task as classification
 from bertexp.train import trainer
-from conftest import NEGATIVE, ONE_LAYER_CONFIG, POSITIVE, TINY_VOCAB
+from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -42,7 +42,7 @@ def _imbalanced(root):
   with open(f"{root}/vocab.txt", "w") as f:
     f.write("\n".join(TINY_VOCAB) + "\n")
   with open(f"{root}/bert_config.json", "w") as f:
-    json.dump(dict(ONE_LAYER_CONFIG, hidden_dropout_prob=0.0,
+    json.dump(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
                    attention_probs_dropout_prob=0.0), f)
   return prepare.prepare_classification(
       task_name="imb", train_file=f"{root}/train.tsv",

@@ -30,12 +30,12 @@ def runs(tmp_path_factory):
   40 steps, patience 2 and a min_delta no evaluation can beat: on 1 and on
   2 mirrored replicas."""
   root = str(tmp_path_factory.mktemp("early"))
-  from conftest import ONE_LAYER_CONFIG, TINY_VOCAB
+  from conftest import TINY_CONFIG, TINY_VOCAB
   vocab, config = f"{root}/vocab_src.txt", f"{root}/config_src.json"
   with open(vocab, "w") as f:
     f.write("\n".join(TINY_VOCAB) + "\n")
   with open(config, "w") as f:
-    json.dump(dict(ONE_LAYER_CONFIG, hidden_dropout_prob=0.0,
+    json.dump(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
                    attention_probs_dropout_prob=0.0), f)
   params = prepare_tiny_sst2_run(f"{root}/data", vocab, config)
   params.update(TRAIN_BATCH_SIZE=8, EVAL_BATCH_SIZE=8, TRAIN_STEPS=40,

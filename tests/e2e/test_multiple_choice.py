@@ -14,8 +14,7 @@ import requests
 import bertexp
 from bertexp import cli
 import matrix_fixtures as mf
-from conftest import (NEGATIVE, ONE_LAYER_CONFIG, POSITIVE, TINY_VOCAB,
-                      start_server)
+from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, TINY_VOCAB, start_server
 
 GIN_FILE = "gin/tasks/multiple_choice.gin"
 CHOICES = 3
@@ -61,7 +60,7 @@ def mc_data(tmp_path_factory):
   vocab = root / "vocab.txt"
   vocab.write_text("\n".join(TINY_VOCAB) + "\n")
   config = root / "bert_config.json"
-  config.write_text(json.dumps(dict(ONE_LAYER_CONFIG, hidden_dropout_prob=0.0,
+  config.write_text(json.dumps(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
                                     attention_probs_dropout_prob=0.0)))
   _write_jsonl(root / "train.jsonl", _examples(96, 1))
   _write_jsonl(root / "test.jsonl", _examples(10, 3), labelled=False)

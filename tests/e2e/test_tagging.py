@@ -21,7 +21,7 @@ from bertexp.tasks.tagging import formats as tagging_formats
 from bertexp.tasks.tagging import metrics as tagging_metrics
 from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.tasks.tagging import task as tagging_task
-from conftest import ONE_LAYER_CONFIG, TINY_VOCAB
+from conftest import TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 
@@ -239,7 +239,7 @@ def test_the_first_piece_carries_the_tag_and_later_pieces_continue_it(
   assert [names[i] for i in record["piece_label_ids"][0][1:6]] == every
   assert list(record["word_index"][0][:7]) == [0, 1, 0, 2, 3, 4, 0]
   # The task trains on the first pieces, or on every piece when asked to.
-  config = _write(tmp_path / "bert_config.json", json.dumps(ONE_LAYER_CONFIG))
+  config = _write(tmp_path / "bert_config.json", json.dumps(TINY_CONFIG))
   for every_piece, name in ((False, "label_ids"), (True, "piece_label_ids")):
     task = tagging_task.TaggingTask(
         bert_config_file=config, meta_data_path=str(tmp_path / "out" / "t_meta_data"),
@@ -300,7 +300,7 @@ def tagging_run(tmp_path_factory):
   """A tiny NER run (60 steps), its predictions and its export."""
   root = str(tmp_path_factory.mktemp("tagging"))
   vocab = _write(f"{root}/vocab.txt", "\n".join(TINY_VOCAB) + "\n")
-  config = _write(f"{root}/bert_config.json", json.dumps(ONE_LAYER_CONFIG))
+  config = _write(f"{root}/bert_config.json", json.dumps(TINY_CONFIG))
   tf.random.set_seed(0)
   converters.write_checkpoint_folder(bertexp.load_encoder(config), vocab,
                                      f"{root}/init")

@@ -122,6 +122,13 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
       "serve_text"](text=tf.constant([t for t, _ in rows]))
   np.testing.assert_allclose(served["probabilities"].numpy(), probabilities,
                              atol=1e-5)
+  if family == "xlm-roberta":
+    # The strategy matrix's rule on the SentencePiece records: 2 mirrored
+    # replicas train and evaluate as 1 on the same global batches.
+    two = str(tmp_path / "two")
+    mf.run_in_process(spec, two, mf.STRATEGIES["mirrored_2"], FLOAT32,
+                      mode="train_eval_predict")
+    mf.assert_equal_runs(two, model_dir, f"{encoder}/bert_model.ckpt")
 
 
 def test_a_sentencepiece_vocabulary_larger_than_the_model_is_refused(

@@ -149,12 +149,9 @@ def truncated_lengths(len_a, len_b, max_tokens, rule="google", ops=np):
                                             (max_tokens + 1) // 2))
     keep_b = max_tokens - keep_a
   else:
-    short, long = ops.minimum(len_a, len_b), ops.maximum(len_a, len_b)
-    keep_long = ops.maximum(short, max_tokens - short)
-    both_cut = short + keep_long > max_tokens
-    keep_short = ops.where(both_cut, max_tokens // 2 + 0 * short, short)
-    keep_long = ops.where(both_cut, max_tokens // 2 + max_tokens % 2 + 0 * long,
-                          keep_long)
+    # The shorter text keeps itself up to half; the longer one the rest.
+    keep_short = ops.minimum(ops.minimum(len_a, len_b), max_tokens // 2)
+    keep_long = max_tokens - keep_short
     a_longer = len_a > len_b
     keep_a = ops.where(a_longer, keep_long, keep_short)
     keep_b = ops.where(a_longer, keep_short, keep_long)

@@ -68,19 +68,15 @@ def equality_replicas(gin_file):
 # superset of its kind: mnli_tpu.gin (mrpc_tpu.gin's classification plus
 # extra eval and test splits), squad_v2_tpu.gin (v1.1's span step plus null
 # answers), bert_base_tpu.gin. The other two compile the same step, which
-# their covering cells run (COVERED_BY). The classification file runs on the
-# TPU check's 8 replicas, the others on 2 XLA replicas (the same bfloat16
-# step, compiled per replica; test_every_shipped_global_batch_splits_8_ways
-# checks what 8 replicas add: batches that divide among them).
+# their covering cells run (COVERED_BY). They run on 2 XLA replicas: the same
+# bfloat16 step, compiled per replica (what 8 replicas add is checked by
+# mnli's float32 run on 8 and by test_every_shipped_global_batch_splits_8_ways:
+# batches that divide among them; an 8-replica process costs about three
+# 2-replica ones, mostly per-replica graph building).
 SHIPPED_RUNS = ("experiments/glue/mnli_tpu.gin",
                 "experiments/squad/squad_v2_tpu.gin",
                 "experiments/pretrain/bert_base_tpu.gin")
-SHIPPED_REPLICAS = {"experiments/glue/mnli_tpu.gin": TPU_CORES}
-
-
-def shipped_replicas(gin_file):
-  """The XLA replicas of `gin_file`'s run as shipped."""
-  return SHIPPED_REPLICAS.get(gin_file, OTHER_EQUALITY_REPLICAS)
+SHIPPED_REPLICAS = 2
 # The float32 TPU check trains this many steps at mf.LEARNING_RATE: enough
 # for every compared kernel to move 100x the equality tolerance.
 TPU_FLOAT32_STEPS = mf.TRAIN_STEPS
@@ -107,7 +103,7 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
   else:
     gin_files.append("runtime/tpu_check.gin")
     params["CPU_REPLICAS"] = (equality_replicas(gin_file) if float32
-                              else shipped_replicas(gin_file))
+                              else SHIPPED_REPLICAS)
   mode = ("train_eval_predict" if gin_file in PREDICT_ON_TPU_CHECK else
           "train_and_eval") if float32 else "train"
   return mf.train_args(gin_files, params, extra, mode=mode)
@@ -224,15 +220,14 @@ def test_tpu_check_in_float32_equals_one_replica(gin_file, tpu_check_runs):
 def test_tpu_experiment_as_shipped_compiles_and_trains_in_bfloat16(
     gin_file, tpu_check_runs):
   """The shipped file as it is (tpu.gin's mixed_bfloat16, its own batch
-  size, learning rate and dropout) compiles with XLA on CPU replicas (8 for
-  classification, 2 for the others: SHIPPED_REPLICAS) and trains two steps
-  of its global batch to finite weights."""
+  size, learning rate and dropout) compiles with XLA on SHIPPED_REPLICAS CPU
+  replicas and trains two steps of its global batch to finite weights."""
   params, run = tpu_check_runs[gin_file]["shipped"]
   run.result()
   model_dir = params["MODEL_DIR"]
   summary = mf.summary(model_dir)
   assert summary["steps_this_run"] == 2 and summary["nonfinite_steps"] == 0
-  assert summary["replicas"] == shipped_replicas(gin_file)
+  assert summary["replicas"] == SHIPPED_REPLICAS
   assert summary["provenance"]["precision"] == "mixed_bfloat16"
   assert "jit_compile = True" in open(os.path.join(model_dir,
                                                    "config.gin")).read()

@@ -11,6 +11,7 @@ bertexp dependencies):
     python3 -m venv /tmp/hfvenv
     /tmp/hfvenv/bin/pip install torch==2.13.0 transformers==5.25.0 safetensors
     /tmp/hfvenv/bin/python tools/make_family_fixtures.py tests/golden/families
+(model types after the folder: only those).
 """
 import json
 import os
@@ -47,6 +48,29 @@ FAMILIES = {
                     dict(type_vocab_size=1, pad_token_id=1, bos_token_id=0,
                          eos_token_id=2, layer_norm_eps=1e-5,
                          max_position_embeddings=42), (0, 2, 1), True),
+    # DeBERTa-v3's layout: shared keys, log buckets, LayerNormed relative
+    # table, no absolute positions, no token types.
+    "deberta-v2": (transformers.DebertaV2Config,
+                   transformers.DebertaV2ForSequenceClassification,
+                   dict(type_vocab_size=0, relative_attention=True,
+                        position_buckets=8, max_relative_positions=-1,
+                        pos_att_type=["p2c", "c2p"], share_att_key=True,
+                        norm_rel_ebd="layer_norm", position_biased_input=False,
+                        layer_norm_eps=1e-7, num_labels=3), (1, 2, 0), False),
+    # DeBERTa-v2's other options: separate position projections, no buckets
+    # (offsets clipped at 16), absolute positions, token types, E < H; wider
+    # initial weights, so that the position terms of a table that is not
+    # LayerNormed weigh in the outputs.
+    "deberta-v2-unshared": (transformers.DebertaV2Config,
+                            transformers.DebertaV2ForSequenceClassification,
+                            dict(type_vocab_size=2, relative_attention=True,
+                                 position_buckets=-1, max_relative_positions=16,
+                                 pos_att_type=["c2p", "p2c"],
+                                 share_att_key=False, norm_rel_ebd="none",
+                                 position_biased_input=True, embedding_size=16,
+                                 layer_norm_eps=1e-7, num_labels=3,
+                                 initializer_range=0.2),
+                            (1, 2, 0), False),
 }
 
 
@@ -77,9 +101,12 @@ def write_vocab(folder):
     f.write("\n".join(words) + "\n")
 
 
-def main(root):
+def main(root, only=()):
+  """Writes every family's folder under `root` (or those named in `only`)."""
   for model_type, (config_class, model_class, extra, special,
                    double_sep) in FAMILIES.items():
+    if only and model_type not in only:
+      continue
     torch.manual_seed(0)
     config = config_class(vocab_size=VOCAB, **dict(SHAPE, **extra))
     model = model_class(config).eval()
@@ -99,6 +126,10 @@ def main(root):
         pooled = torch.nn.functional.gelu(model.classifier.dense(first))
         outputs = dict(last_hidden_state=base.numpy(),
                        pooler_output=pooled.numpy())
+      elif model_type.startswith("deberta-v2"):   # and its ContextPooler
+        base = model.deberta(**inputs).last_hidden_state
+        outputs = dict(last_hidden_state=base.numpy(),
+                       pooler_output=model.pooler(base).numpy())
       else:
         out = model(**inputs)
         outputs = dict(last_hidden_state=out.last_hidden_state.numpy(),
@@ -113,4 +144,4 @@ def main(root):
 
 
 if __name__ == "__main__":
-  main(sys.argv[1])
+  main(sys.argv[1], sys.argv[2:])

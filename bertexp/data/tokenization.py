@@ -272,8 +272,9 @@ def _folder_model_type(folder):
 WORDPIECE_TYPES = ("bert", "electra", "mobilebert", "distilbert")
 _NOT_YET = {
     "roberta": "byte-level BPE (vocab.json + merges.txt)",
-    "deberta-v2": "DeBERTa-v2/v3's SentencePiece layout (spm.model)",
 }
+# tokenizer_config.json options bertexp's tokenizers do not implement.
+_REFUSED_OPTIONS = ("split_by_punct",)
 
 
 def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
@@ -282,8 +283,9 @@ def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
   Args:
     vocab_file: WordPiece vocab.txt, or a SentencePiece model file.
     do_lower_case: as prepared.
-    family: None or a WordPiece model_type for WordPiece; "xlm-roberta" or
-      "albert" for their SentencePiece layouts.
+    family: None or a WordPiece model_type for WordPiece; a
+      sentencepiece.FAMILIES key ("xlm-roberta", "albert", "deberta-v2")
+      for that SentencePiece layout.
     keep_accents: ALBERT's tokenizer option.
   Returns:
     A tokenizer with tokenize / tokenize_tf and the family's pair layout.
@@ -347,6 +349,10 @@ def folder_settings(folder):
   config_file = fileio.join(folder, "tokenizer_config.json")
   saved = (fileio.read_json(config_file)
            if tf.io.gfile.exists(config_file) else {})
+  refused = [option for option in _REFUSED_OPTIONS if saved.get(option)]
+  if refused:
+    raise ValueError(f"{config_file}: {refused[0]} is not supported by "
+                     "bertexp's tokenizers")
   settings = {key: bool(saved.get(key, default))
               for key, default in defaults.items()}
   return dict({"keep_accents": False}, **settings, vocab_file=vocab_file,

@@ -75,17 +75,9 @@ class Head:
 
 
 def encoder_parameters(config):
-  """Parameters of bertexp's BERT-shaped encoders (embeddings of width E,
-  their projection to H when E differs, each block with weights of its own
-  once, pooler)."""
-  h, i = config.hidden_size, config.intermediate_size
-  e = getattr(config, "embedding_size", None) or h
-  embeddings = (config.vocab_size + config.max_position_embeddings +
-                config.type_vocab_size) * e + 2 * e
-  if e != h:
-    embeddings += e * h + h
-  block = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
-  return embeddings + config.distinct_blocks * block + h * h + h
+  """Parameters of the encoder `config` describes (its family's count:
+  config.parameter_count())."""
+  return config.parameter_count()
 
 
 def _layer_elements(config, seq_length, queries=None):

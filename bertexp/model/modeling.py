@@ -95,6 +95,30 @@ class BertConfig:
     except ValueError as e:
       raise ValueError(f"{source}: {e}") from None
 
+  def parameter_count(self):
+    """Parameters of the BERT-shaped encoder this describes: embeddings of
+    width E, their projection to H when E differs, each block with weights
+    of its own once, the pooler."""
+    h, i = self.hidden_size, self.intermediate_size
+    e = getattr(self, "embedding_size", None) or h
+    embeddings = (self.vocab_size + self.max_position_embeddings +
+                  self.type_vocab_size) * e + 2 * e
+    if e != h:
+      embeddings += e * h + h
+    return embeddings + self.distinct_blocks * self.block_parameters() + h * h + h
+
+  def block_parameters(self):
+    """Parameters of one Transformer block: four H x H projections, the
+    feed-forward pair, two LayerNorms."""
+    h, i = self.hidden_size, self.intermediate_size
+    return 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
+
+  @property
+  def reads_type_ids(self):
+    """Whether the encoder reads input_type_ids (then they must be below
+    type_vocab_size)."""
+    return True
+
   @property
   def distinct_blocks(self):
     """How many Transformer blocks have weights of their own."""
@@ -168,14 +192,16 @@ def get_activation(name):
                      f"{sorted(_ACTIVATIONS)}") from None
 
 
-def _initializer(config):
-  # A new instance per weight: one unseeded instance reused gives every
-  # weight the same values.
+def initializer(config):
+  """A truncated normal of stddev config.initializer_range; a new instance
+  per weight (one unseeded instance reused gives every weight the same
+  values)."""
   return tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
-def _layer_norm(config, name):
-  # float32 even under mixed precision: the variance needs the range.
+def layer_norm(config, name):
+  """A LayerNorm over the last axis with config.layer_norm_eps, float32 even
+  under mixed precision (the variance needs the range)."""
   return tf_keras.layers.LayerNormalization(
       axis=-1, epsilon=config.layer_norm_eps, dtype="float32", name=name)
 
@@ -278,20 +304,20 @@ class Embeddings(tf_keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = config
     self.width = getattr(config, "embedding_size", None) or config.hidden_size
-    self.layer_norm = _layer_norm(config, "layer_norm")
+    self.layer_norm = layer_norm(config, "layer_norm")
     self.dropout = Dropout(config.hidden_dropout_prob)
 
   def build(self, input_shape):
     c = self.config
     self.word_embeddings = self.add_weight(
         "word_embeddings", [c.vocab_size, self.width],
-        initializer=_initializer(c))
+        initializer=initializer(c))
     self.position_embeddings = self.add_weight(
         "position_embeddings", [c.max_position_embeddings, self.width],
-        initializer=_initializer(c))
+        initializer=initializer(c))
     self.type_embeddings = self.add_weight(
         "type_embeddings", [c.type_vocab_size, self.width],
-        initializer=_initializer(c))
+        initializer=initializer(c))
     super().build(input_shape)
 
   def call(self, word_ids, type_ids, training=None, dropout_seed=None,
@@ -330,17 +356,17 @@ class TransformerBlock(tf_keras.layers.Layer):
 
     def dense(units, name, activation=None):
       return Dense(units, activation=activation,
-                                   kernel_initializer=_initializer(config),
+                                   kernel_initializer=initializer(config),
                                    name=name)
     self.query = dense(h, "query")
     self.key = dense(h, "key")
     self.value = dense(h, "value")
     self.attention_output = dense(h, "attention_output")
-    self.attention_layer_norm = _layer_norm(config, "attention_layer_norm")
+    self.attention_layer_norm = layer_norm(config, "attention_layer_norm")
     self.intermediate = dense(config.intermediate_size, "intermediate",
                               activation=get_activation(config.hidden_act))
     self.output_dense = dense(h, "output")
-    self.output_layer_norm = _layer_norm(config, "output_layer_norm")
+    self.output_layer_norm = layer_norm(config, "output_layer_norm")
     self.attention_dropout = Dropout(config.attention_probs_dropout_prob)
     self.hidden_dropout = Dropout(config.hidden_dropout_prob)
 
@@ -365,14 +391,9 @@ class TransformerBlock(tf_keras.layers.Layer):
     q = self._split_heads(self.query(queries))                       # [B, N, Q, D]
     k = self._split_heads(self.key(x))                               # [B, N, S, D]
     v = self._split_heads(self.value(x))
-    scores = tf.matmul(q, k, transpose_b=True)                       # [B, N, Q, S]
-    scores = scores * (1.0 / math.sqrt(self.head_size))
-    # bfloat16 has float32's range, so its softmax stays in bfloat16 (as on
-    # TPUs; it saves two casts of the largest tensor). float16 goes through
-    # float32: its logits can overflow.
-    softmax_dtype = tf.bfloat16 if scores.dtype == tf.bfloat16 else tf.float32
-    probs = tf.nn.softmax(tf.cast(scores, softmax_dtype) +
-                          tf.cast(attention_bias, softmax_dtype))
+    scores = self.attention_scores(q, k, attention_bias, training,
+                                   dropout_seed)                     # [B, N, Q, S]
+    probs = self.attention_probs(scores, attention_bias)
     probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training,
                                    seed=fold_seed(dropout_seed, 0))
     context = tf.matmul(probs, v)                                    # [B, N, Q, D]
@@ -390,6 +411,28 @@ class TransformerBlock(tf_keras.layers.Layer):
     if return_scores:
       return output, tf.cast(scores, tf.float32)
     return output
+
+  def attention_scores(self, q, k, attention_bias, training, dropout_seed):
+    """Scaled query-key scores [B, N, Q, S] from q [B, N, Q, D] and k
+    [B, N, S, D] (BERT's: q k^T / sqrt(D); the bias is added later)."""
+    del attention_bias, training, dropout_seed
+    scores = tf.matmul(q, k, transpose_b=True)                       # [B, N, Q, S]
+    return scores * (1.0 / math.sqrt(self.head_size))
+
+  def attention_probs(self, scores, attention_bias):
+    """The softmax over keys of `scores` [B, N, Q, S] with the attention
+    bias [B, 1, 1, S] added."""
+    # bfloat16 has float32's range, so its softmax stays in bfloat16 (as on
+    # TPUs; it saves two casts of the largest tensor). float16 goes through
+    # float32: its logits can overflow.
+    dtype = softmax_dtype(scores)
+    return tf.nn.softmax(tf.cast(scores, dtype) +
+                         tf.cast(attention_bias, dtype))
+
+
+def softmax_dtype(scores):
+  """bfloat16 for bfloat16 scores, else float32 (float16 logits overflow)."""
+  return tf.bfloat16 if scores.dtype == tf.bfloat16 else tf.float32
 
 
 class BertEncoder(tf_keras.Model):
@@ -416,17 +459,11 @@ class BertEncoder(tf_keras.Model):
     super().__init__(**kwargs)
     self.config = config
     self.recompute = recompute
-    self.embeddings = Embeddings(config, name="embeddings")
-    # Factorised embeddings (E < H, ELECTRA and ALBERT) are projected to H.
-    self.embeddings_project = None
-    if self.embeddings.width != config.hidden_size:
-      self.embeddings_project = Dense(
-          config.hidden_size, kernel_initializer=_initializer(config),
-          name="embeddings_project")
+    self.embeddings, self.embeddings_project = self.make_embeddings(config)
     self.blocks = self.make_blocks(config)
     self.pooler = Dense(
         config.hidden_size, activation=self.POOLER_ACTIVATION,
-        kernel_initializer=_initializer(config), name="pooler")
+        kernel_initializer=initializer(config), name="pooler")
 
   def call(self, inputs, training=None, dropout_seed=None, pooled_only=False,
            return_layers=False):
@@ -463,6 +500,16 @@ class BertEncoder(tf_keras.Model):
     if self.embeddings_project is not None:
       x = self.embeddings_project(x)                                 # [B, S, H]
     return tf.cast(x, tf.float32), attention_bias
+
+  def make_embeddings(self, config):
+    """(the embeddings layer, the projection of its output to H or None).
+    Factorised embeddings (E < H, ELECTRA and ALBERT) are projected."""
+    embeddings = Embeddings(config, name="embeddings")
+    if embeddings.width == config.hidden_size:
+      return embeddings, None
+    return embeddings, Dense(config.hidden_size,
+                             kernel_initializer=initializer(config),
+                             name="embeddings_project")
 
   def make_blocks(self, config):
     """The Transformer blocks in the order they run (BERT: L blocks of their

@@ -10,9 +10,9 @@ from bertexp.model.encoders.reference import hf_layer_names
 from bertexp.model.encoders.reference import layer_norm_params
 
 
-def _linear(layer, source):
-  """A Dense layer from a PyTorch Linear ([out, in]; Keras kernels are
-  [in, out])."""
+def linear_assignments(layer, source):
+  """[(kernel, source.weight, transpose), (bias, source.bias, None)]: a Dense
+  layer from a PyTorch Linear ([out, in]; Keras kernels are [in, out])."""
   return [(layer.kernel, source + ".weight", np.transpose),
           (layer.bias, source + ".bias", None)]
 
@@ -42,7 +42,7 @@ def hf_assignments(encoder, tensors, pooler="pooler.dense",
   gamma, beta = layer_norm_params(tensors, "embeddings.LayerNorm")
   pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
   if encoder.embeddings_project is not None:
-    pairs += _linear(encoder.embeddings_project, projection)
+    pairs += linear_assignments(encoder.embeddings_project, projection)
   mapped = set()
   for i, block in enumerate(encoder.blocks):
     if id(block) in mapped:
@@ -54,8 +54,8 @@ def hf_assignments(encoder, tensors, pooler="pooler.dense",
         gamma, beta = layer_norm_params(tensors, source)
         pairs += [(layer.gamma, gamma, None), (layer.beta, beta, None)]
       else:
-        pairs += _linear(layer, source)
-  return pairs + _linear(encoder.pooler, pooler)
+        pairs += linear_assignments(layer, source)
+  return pairs + linear_assignments(encoder.pooler, pooler)
 
 
 def numpy_reference(tensors, config, word_ids, mask, type_ids):

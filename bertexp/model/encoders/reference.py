@@ -38,7 +38,8 @@ def hf_layer_names(i):
   }
 
 
-def _layer_norm(x, gamma, beta, eps):
+def layer_norm(x, gamma, beta, eps):
+  """LayerNorm over the last axis."""
   mean = x.mean(-1, keepdims=True)
   var = ((x - mean) ** 2).mean(-1, keepdims=True)
   return (x - mean) / np.sqrt(var + eps) * gamma + beta
@@ -88,9 +89,9 @@ def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
   def linear(x, name):
     return x @ t[name + ".weight"].T + t[name + ".bias"]
 
-  def layer_norm(x, prefix):
+  def norm(x, prefix):
     gamma, beta = layer_norm_params(tensors, prefix)
-    return _layer_norm(x, t[gamma], t[beta], eps)
+    return layer_norm(x, t[gamma], t[beta], eps)
 
   seq = word_ids.shape[1]
   positions = t["embeddings.position_embeddings.weight"]
@@ -98,7 +99,7 @@ def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
        (positions[:seq][None] if position_ids is None
         else positions[position_ids]) +
        t["embeddings.token_type_embeddings.weight"][type_ids])       # [B, S, E]
-  x = layer_norm(x, "embeddings.LayerNorm")
+  x = norm(x, "embeddings.LayerNorm")
   if projection + ".weight" in t:
     x = linear(x, projection)                                        # [B, S, H]
   b, n = word_ids.shape[0], config.num_attention_heads
@@ -114,12 +115,12 @@ def forward(tensors, config, word_ids, mask, type_ids, *, position_ids=None,
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     probs = scores / scores.sum(-1, keepdims=True)
     context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, seq, -1)  # [B, S, H]
-    x = layer_norm(x + linear(context, names["attention_output"]),
-                   names["attention_layer_norm"])
+    x = norm(x + linear(context, names["attention_output"]),
+             names["attention_layer_norm"])
     inner = activation(config.hidden_act,
                        linear(x, names["intermediate"]))             # [B, S, I]
-    x = layer_norm(x + linear(inner, names["output_dense"]),
-                   names["output_layer_norm"])
+    x = norm(x + linear(inner, names["output_dense"]),
+             names["output_layer_norm"])
   outputs = {"sequence_output": x}
   if pooler + ".weight" in t:
     outputs["pooled_output"] = activation(

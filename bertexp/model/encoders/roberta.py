@@ -35,6 +35,11 @@ class RobertaConfig(modeling.BertConfig):
                        f"{self.max_position_embeddings}")
 
   @property
+  def reads_type_ids(self):
+    """No: RoBERTa has one token type, whatever input_type_ids say."""
+    return False
+
+  @property
   def max_seq_length(self):
     """The longest sequence the position table covers."""
     return self.max_position_embeddings - self.pad_token_id - 1

@@ -1,10 +1,11 @@
-"""SentencePiece tokenizers (ALBERT, XLM-RoBERTa) against what the Hugging
+"""SentencePiece tokenizers (ALBERT, XLM-RoBERTa, DeBERTa-v3) against what the Hugging
 Face fast tokenizer of each family gives (tests/golden/tokenizers, made by
 tools/make_tokenizer_fixtures.py from SentencePiece models trained on the
 demo's English and Chinese text): ids, special tokens, pair layout, token
 types, padding and longest-first truncation, from `pack` and in the graph."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from bertexp.data import tokenization
 from conftest import REPO
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "tokenizers")
-FAMILIES = ("xlm-roberta", "albert")
+FAMILIES = ("xlm-roberta", "albert", "deberta-v2")
 NAMES = {"input_ids": "input_word_ids", "attention_mask": "input_mask",
          "token_type_ids": "input_type_ids"}
 
@@ -129,12 +130,18 @@ def test_longest_first_rules_of_google_research_and_hugging_face(
     (None, {}, "no config.json"),
     ({"model_type": "xlm-roberta"}, {"sentencepiece.bpe.model": b"not a model"},
      "not a SentencePiece model"),
+    ({"model_type": "deberta-v2"},
+     {"spm.model": os.path.join(GOLDEN, "deberta-v2", "spm.model"),
+      "tokenizer_config.json": b'{"split_by_punct": true}'},
+     "split_by_punct is not supported"),
 ])
 def test_tokenizer_folders_bertexp_cannot_read_are_one_line_errors(
     tmp_path, config, files, message):
   if config is not None:
     (tmp_path / "config.json").write_text(json.dumps(config))
-  for name, data in files.items():
+  for name, data in files.items():   # bytes, or a file to copy
+    if isinstance(data, str):
+      data = open(data, "rb").read()
     (tmp_path / name).write_bytes(data)
   with pytest.raises(ValueError, match=message) as error:
     tokenization.load(**tokenization.folder_settings(str(tmp_path)))
@@ -152,3 +159,19 @@ def test_albert_casing_and_accents_follow_its_tokenizer_config(tmp_path):
   assert lower.tokenize(text)[0].tolist() == lower.tokenize(
       ["cafe \"deja\""])[0].tolist()
   assert cased.tokenize(text)[0].tolist() != lower.tokenize(text)[0].tolist()
+
+
+def test_deberta_lower_cases_only_when_its_tokenizer_config_says_so(tmp_path):
+  """DeBERTa-v3's tokenizer keeps case by default; do_lower_case: true in
+  tokenizer_config.json lower-cases before the model's own normaliser."""
+  folder = os.path.join(GOLDEN, "deberta-v2")
+  cased = tokenization.load(**tokenization.folder_settings(folder))
+  for name in ("config.json", "spm.model"):
+    shutil.copy(os.path.join(folder, name), tmp_path / name)
+  (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true}')
+  lower = tokenization.load(**tokenization.folder_settings(str(tmp_path)))
+  text = ["UPPER Case Words"]
+  assert lower.tokenize(text)[0].tolist() == cased.tokenize(
+      ["upper case words"])[0].tolist()
+  assert cased.tokenize(text)[0].tolist() != lower.tokenize(text)[0].tolist()
+  assert (cased.cls_id, cased.sep_id, cased.pad_id) == (1, 2, 0)

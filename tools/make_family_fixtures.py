@@ -71,7 +71,30 @@ FAMILIES = {
                                  layer_norm_eps=1e-7, num_labels=3,
                                  initializer_range=0.2),
                             (1, 2, 0), False),
+    # MobileBERT as released (trigram input, bottlenecks, NoNorm), with
+    # three feed-forward networks per block.
+    "mobilebert": (transformers.MobileBertConfig, transformers.MobileBertModel,
+                   dict(type_vocab_size=2, embedding_size=16,
+                        intra_bottleneck_size=16, num_feedforward_networks=3,
+                        hidden_act="relu", normalization_type="no_norm"),
+                   (2, 3, 0), False),
+    # Its other options: LayerNorm, bottleneck attention, no trigrams, the
+    # [CLS] row as the pooled output.
+    "mobilebert-layer-norm": (transformers.MobileBertConfig,
+                              transformers.MobileBertModel,
+                              dict(type_vocab_size=2, embedding_size=16,
+                                   trigram_input=False,
+                                   intra_bottleneck_size=16,
+                                   use_bottleneck_attention=True,
+                                   key_query_shared_bottleneck=False,
+                                   num_feedforward_networks=2,
+                                   normalization_type="layer_norm",
+                                   classifier_activation=False),
+                              (2, 3, 0), False),
 }
+# Normalisation weights start at one and zero: moved, so that a scale or
+# shift put in the wrong place shows in the outputs.
+PERTURBED_NORMS = ("mobilebert", "mobilebert-layer-norm")
 
 
 def pair_batch(rng, cls, sep, pad, double_sep, seq=28):
@@ -110,6 +133,11 @@ def main(root, only=()):
     torch.manual_seed(0)
     config = config_class(vocab_size=VOCAB, **dict(SHAPE, **extra))
     model = model_class(config).eval()
+    if model_type in PERTURBED_NORMS:
+      with torch.no_grad():
+        for name, parameter in model.named_parameters():
+          if "LayerNorm" in name:
+            parameter.add_(0.2 * torch.randn_like(parameter))
     folder = os.path.join(root, model_type)
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)

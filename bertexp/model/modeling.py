@@ -461,9 +461,7 @@ class BertEncoder(tf_keras.Model):
     self.recompute = recompute
     self.embeddings, self.embeddings_project = self.make_embeddings(config)
     self.blocks = self.make_blocks(config)
-    self.pooler = Dense(
-        config.hidden_size, activation=self.POOLER_ACTIVATION,
-        kernel_initializer=initializer(config), name="pooler")
+    self.pooler = self.make_pooler(config)
 
   def call(self, inputs, training=None, dropout_seed=None, pooled_only=False,
            return_layers=False):
@@ -510,6 +508,12 @@ class BertEncoder(tf_keras.Model):
     return embeddings, Dense(config.hidden_size,
                              kernel_initializer=initializer(config),
                              name="embeddings_project")
+
+  def make_pooler(self, config):
+    """The layer [CLS]'s row [B, H] goes through: Dense(H) with
+    POOLER_ACTIVATION."""
+    return Dense(config.hidden_size, activation=self.POOLER_ACTIVATION,
+                 kernel_initializer=initializer(config), name="pooler")
 
   def make_blocks(self, config):
     """The Transformer blocks in the order they run (BERT: L blocks of their

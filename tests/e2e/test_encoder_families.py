@@ -1,6 +1,6 @@
 """A task through the encoder seam for each family: a converted ELECTRA,
-RoBERTa and DeBERTa-v3 (tests/golden/families, transformers' random small
-models; DeBERTa reads no token types) fine-tune
+RoBERTa, DeBERTa-v3 and MobileBERT (tests/golden/families, transformers'
+random small models; DeBERTa reads no token types) fine-tune
 the demo's classification file, evaluate, predict and export; the exported
 serve_text gives the predict file's probabilities; and 2 mirrored replicas
 give the 1-replica run (the strategy matrix's rules)."""
@@ -20,7 +20,7 @@ from conftest import TESTS
 import matrix_fixtures as mf
 
 GOLDEN = os.path.join(TESTS, "golden", "families")
-FAMILIES = ("electra", "roberta", "deberta-v2")
+FAMILIES = ("electra", "roberta", "deberta-v2", "mobilebert")
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
 # Words of the fixtures' vocab.txt (w0...): a sentence's label is whether
 # it holds a word of POSITIVE.

@@ -23,7 +23,8 @@ TOLERANCE = 1e-4
 # A fixture folder named other than its family: another model_type of the
 # family, or another set of the family's options.
 FAMILY_OF_FIXTURE = {"xlm-roberta": "roberta",
-                     "deberta-v2-unshared": "deberta-v2"}
+                     "deberta-v2-unshared": "deberta-v2",
+                     "mobilebert-layer-norm": "mobilebert"}
 
 
 def _convert(model_type, output):
@@ -42,7 +43,8 @@ def _outputs(encoder, golden):
 
 def test_every_family_has_a_fixture():
   assert set(MODEL_TYPES) == {"albert", "bert", "deberta-v2",
-                              "deberta-v2-unshared", "electra", "roberta",
+                              "deberta-v2-unshared", "electra", "mobilebert",
+                              "mobilebert-layer-norm", "roberta",
                               "xlm-roberta"}
 
 

@@ -17,6 +17,13 @@ def linear_assignments(layer, source):
           (layer.bias, source + ".bias", None)]
 
 
+def norm_assignments(layer, tensors, prefix):
+  """[(gamma, scale name, None), (beta, shift name, None)]: a normalisation
+  layer from HF's `prefix` (weight/bias or gamma/beta)."""
+  gamma, beta = layer_norm_params(tensors, prefix)
+  return [(layer.gamma, gamma, None), (layer.beta, beta, None)]
+
+
 def hf_assignments(encoder, tensors, pooler="pooler.dense",
                    projection="embeddings_project", layer_names=hf_layer_names):
   """[(keras variable, source name, transform)] for every encoder variable
@@ -39,8 +46,7 @@ def hf_assignments(encoder, tensors, pooler="pooler.dense",
              None),
             (emb.type_embeddings, "embeddings.token_type_embeddings.weight",
              None)]
-  gamma, beta = layer_norm_params(tensors, "embeddings.LayerNorm")
-  pairs += [(emb.layer_norm.gamma, gamma, None), (emb.layer_norm.beta, beta, None)]
+  pairs += norm_assignments(emb.layer_norm, tensors, "embeddings.LayerNorm")
   if encoder.embeddings_project is not None:
     pairs += linear_assignments(encoder.embeddings_project, projection)
   mapped = set()
@@ -51,8 +57,7 @@ def hf_assignments(encoder, tensors, pooler="pooler.dense",
     for attr, source in layer_names(i).items():
       layer = getattr(block, attr)
       if attr.endswith("layer_norm"):
-        gamma, beta = layer_norm_params(tensors, source)
-        pairs += [(layer.gamma, gamma, None), (layer.beta, beta, None)]
+        pairs += norm_assignments(layer, tensors, source)
       else:
         pairs += linear_assignments(layer, source)
   return pairs + linear_assignments(encoder.pooler, pooler)

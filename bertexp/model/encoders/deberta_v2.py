@@ -35,6 +35,7 @@ from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model.encoders import reference
 from bertexp.model.encoders.bert import linear_assignments
+from bertexp.model.encoders.bert import norm_assignments
 
 POOLER = "pooler.dense"
 POSITION_TERMS = ("c2p", "p2c")
@@ -359,11 +360,6 @@ def _layer_names(i):
           "output_layer_norm": f"encoder.layer.{i}.output.LayerNorm"}
 
 
-def _norm(layer, tensors, prefix):
-  gamma, beta = reference.layer_norm_params(tensors, prefix)
-  return [(layer.gamma, gamma, None), (layer.beta, beta, None)]
-
-
 def hf_assignments(encoder, tensors):
   """[(variable, HF name, transform)] by transformers' DebertaV2 names."""
   emb = encoder.embeddings
@@ -377,18 +373,20 @@ def hf_assignments(encoder, tensors):
   if emb.project is not None:
     pairs.append((emb.project.kernel, "embeddings.embed_proj.weight",
                   np.transpose))
-  pairs += _norm(emb.layer_norm, tensors, "embeddings.LayerNorm")
+  pairs += norm_assignments(emb.layer_norm, tensors, "embeddings.LayerNorm")
   relative = encoder.relative_embeddings
   if relative is not None:
     pairs.append((relative.table, "encoder.rel_embeddings.weight", None))
     if relative.layer_norm is not None:
-      pairs += _norm(relative.layer_norm, tensors, "encoder.LayerNorm")
+      pairs += norm_assignments(relative.layer_norm, tensors,
+                                "encoder.LayerNorm")
   for i, block in enumerate(encoder.blocks):
     for attr, source in _layer_names(i).items():
       layer = getattr(block, attr)
       if layer is None:
         continue
-      pairs += (_norm(layer, tensors, source) if attr.endswith("layer_norm")
+      pairs += (norm_assignments(layer, tensors, source)
+                if attr.endswith("layer_norm")
                 else linear_assignments(layer, source))
   return pairs + linear_assignments(encoder.pooler, POOLER)
 

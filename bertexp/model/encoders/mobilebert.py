@@ -31,6 +31,7 @@ from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model.encoders import reference
 from bertexp.model.encoders.bert import linear_assignments
+from bertexp.model.encoders.bert import norm_assignments
 
 NORMALIZATIONS = ("no_norm", "layer_norm")
 # transformers builds these LayerNorms without the config's epsilon
@@ -352,11 +353,6 @@ def _block_names(config, i):
   return names
 
 
-def _norm(layer, tensors, prefix):
-  gamma, beta = reference.layer_norm_params(tensors, prefix)
-  return [(layer.gamma, gamma, None), (layer.beta, beta, None)]
-
-
 def hf_assignments(encoder, tensors):
   """[(variable, HF name, transform)] by transformers' MobileBert names."""
   config, emb = encoder.config, encoder.embeddings
@@ -368,17 +364,17 @@ def hf_assignments(encoder, tensors):
   if emb.transformation is not None:
     pairs += linear_assignments(emb.transformation,
                                 "embeddings.embedding_transformation")
-  pairs += _norm(emb.norm, tensors, "embeddings.LayerNorm")
+  pairs += norm_assignments(emb.norm, tensors, "embeddings.LayerNorm")
   for i, block in enumerate(encoder.blocks):
     for attr, source in _block_names(config, i).items():
       layer = getattr(block, attr)
-      pairs += (_norm(layer, tensors, source) if attr.endswith("norm")
+      pairs += (norm_assignments(layer, tensors, source) if attr.endswith("norm")
                 else linear_assignments(layer, source))
     for j, (inner, outer, norm) in enumerate(block.ffn):
       p = f"encoder.layer.{i}.ffn.{j}."
       pairs += (linear_assignments(inner, p + "intermediate.dense") +
                 linear_assignments(outer, p + "output.dense") +
-                _norm(norm, tensors, p + "output.LayerNorm"))
+                norm_assignments(norm, tensors, p + "output.LayerNorm"))
   if config.classifier_activation:
     pairs += linear_assignments(encoder.pooler, "pooler.dense")
   return pairs

@@ -124,8 +124,25 @@ def write_vocab(folder):
     f.write("\n".join(words) + "\n")
 
 
+# DeBERTa's log buckets of every offset up to 1023 for these (position_buckets,
+# max_relative_positions): DeBERTa-v3's (256, 512) and others.
+BUCKETS = ((256, 512), (256, 1024), (64, 512), (8, 40))
+
+
+def write_deberta_buckets(root):
+  """deberta_buckets.json: {"B_M": [bucket of offset -1023, ..., 1023]}."""
+  from transformers.models.deberta_v2 import modeling_deberta_v2
+  offsets = torch.arange(-1023, 1024)
+  table = {f"{b}_{m}": modeling_deberta_v2.make_log_bucket_position(
+      offsets, b, m).to(torch.int64).tolist() for b, m in BUCKETS}
+  with open(os.path.join(root, "deberta_buckets.json"), "w") as f:
+    json.dump(table, f)
+
+
 def main(root, only=()):
-  """Writes every family's folder under `root` (or those named in `only`)."""
+  """Writes every family's folder under `root` (or those named in `only`),
+  and DeBERTa's bucket table."""
+  write_deberta_buckets(root)
   for model_type, (config_class, model_class, extra, special,
                    double_sep) in FAMILIES.items():
     if only and model_type not in only:

@@ -14,11 +14,13 @@ from safetensors import numpy as st_numpy
 import bertexp
 from bertexp import cli
 from bertexp.model import memory_plan
+from bertexp.model.encoders import deberta_v2
 from bertexp.model.encoders import roberta
 from conftest import TESTS
 
 GOLDEN = os.path.join(TESTS, "golden", "families")
-MODEL_TYPES = sorted(os.listdir(GOLDEN))
+MODEL_TYPES = sorted(name for name in os.listdir(GOLDEN)
+                     if os.path.isdir(os.path.join(GOLDEN, name)))
 TOLERANCE = 1e-4
 # A fixture folder named other than its family: another model_type of the
 # family, or another set of the family's options.
@@ -127,3 +129,22 @@ def test_a_roberta_pad_id_of_zero_is_accepted_and_a_negative_one_is_not():
   assert config.max_seq_length == 514 - 1
   with pytest.raises(ValueError, match="pad_token_id must be an integer >= 0"):
     roberta.RobertaConfig.from_dict({"vocab_size": 10, "pad_token_id": -1})
+
+
+@pytest.mark.parametrize("buckets", ["256_512", "256_1024", "64_512", "8_40"])
+def test_deberta_relative_positions_equal_transformers_log_buckets(buckets):
+  """Every offset up to 1023 goes to the bucket transformers computes
+  (DeBERTa-v3's 256 buckets over 512 positions among them), in the graph
+  and in the numpy reference."""
+  with open(os.path.join(GOLDEN, "deberta_buckets.json")) as f:
+    want = np.array(json.load(f)[buckets])          # offsets -1023 ... 1023
+  count, largest = map(int, buckets.split("_"))
+  config = deberta_v2.DebertaV2Config.from_dict(dict(
+      vocab_size=10, hidden_size=8, num_attention_heads=2,
+      position_buckets=count, max_relative_positions=largest))
+  ours = deberta_v2.relative_positions(1024, 1024, config).numpy()   # [Q, S]
+  offsets = np.arange(1024)[:, None] - np.arange(1024)[None, :]
+  np.testing.assert_array_equal(ours, want[offsets + 1023])
+  np.testing.assert_array_equal(deberta_v2.numpy_bucket(offsets, config),
+                                want[offsets + 1023])
+  assert len(set(want.tolist())) < len(want) // 2   # far offsets share buckets

@@ -413,10 +413,15 @@ def assert_same_metrics(ours, reference):
       assert value == reference[name], name
     elif name.split("/")[-1] in ("pearson", "spearman"):
       # Correlations of a 3-step tiny model's nearly constant predictions
-      # magnify 1e-6 noise (reduction order across replicas, XLA's fusions)
-      # into 1e-4 and more (seen on 8 XLA replicas); the regression outputs
-      # themselves are held to rel 1e-4 through "mse" and "loss" below.
-      assert value == pytest.approx(reference[name], abs=2e-3), name
+      # magnify 1e-6 noise (reduction order across replicas, XLA's fusions,
+      # thread counts) into 1e-4 and more (seen on 8 XLA replicas); ranks
+      # of predictions closer than that noise swap, and each swap of two
+      # neighbours moves Spearman by 12 / (n^3 - n) (0.0025 for the 17
+      # regression examples; 0.0088 seen on 2 XLA replicas with one
+      # TensorFlow thread). The regression outputs themselves are held to
+      # rel 1e-4 through "mse" and "loss" below.
+      tolerance = 1e-2 if name.endswith("spearman") else 2e-3
+      assert value == pytest.approx(reference[name], abs=tolerance), name
     else:
       assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name
 

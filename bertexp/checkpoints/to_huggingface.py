@@ -1,14 +1,18 @@
 """bertexp -> Hugging Face: `bertexp convert-checkpoint --to=huggingface`.
 
 Writes what transformers' `from_pretrained` reads: config.json,
-model.safetensors (PyTorch layout: Linear weights [out, in]), vocab.txt,
-tokenizer_config.json and special_tokens_map.json. The model class follows
+model.safetensors (PyTorch layout: Linear weights [out, in]) and the
+tokenizer's files (WordPiece: vocab.txt, tokenizer_config.json and
+special_tokens_map.json; SentencePiece: the model file and
+tokenizer_config.json). Every encoder family goes out through its own
+Hugging Face mapping (the one its conversion reads). The model class follows
 the checkpoint's head, as the task that trains that head declares it (a
 HeadMapping in its task module, gathered by the command line): e.g. the
 classification task's `classifier` [H, L] -> BertForSequenceClassification
-(L == 1: problem_type "regression"), SQuAD's `span_head` ->
-BertForQuestionAnswering's `qa_outputs`; a checkpoint with no declared head
--> BertModel.
+(L == 1: problem_type "regression"; ELECTRA's and RoBERTa's heads are
+renamed to their `classifier.dense` + `classifier.out_proj`), SQuAD's
+`span_head` -> BertForQuestionAnswering's `qa_outputs`; a checkpoint with no
+declared head -> BertModel (ElectraModel, DebertaV2Model...).
 
 The input is a training run's MODEL_DIR (its newest intact checkpoint), a
 checkpoint prefix, or a bertexp encoder folder. bert_config.json, the
@@ -28,18 +32,6 @@ from bertexp.checkpoints import run_dir
 from bertexp.model import encoders
 from bertexp.util import fileio
 
-# bertexp's Transformer-block attributes -> Hugging Face module names.
-_BLOCK = {"query": "attention.self.query", "key": "attention.self.key",
-          "value": "attention.self.value",
-          "attention_output": "attention.output.dense",
-          "attention_layer_norm": "attention.output.LayerNorm",
-          "intermediate": "intermediate.dense", "output_dense": "output.dense",
-          "output_layer_norm": "output.LayerNorm"}
-_EMBEDDINGS = {"word_embeddings": "word_embeddings.weight",
-               "position_embeddings": "position_embeddings.weight",
-               "type_embeddings": "token_type_embeddings.weight",
-               "layer_norm/gamma": "LayerNorm.weight",
-               "layer_norm/beta": "LayerNorm.bias"}
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
@@ -65,28 +57,53 @@ def _macro(run_folder, name):
   return found[-1] if found else None
 
 
-def hf_tensors(reader, prefix):
-  """{Hugging Face name: float32 array} of the encoder under `prefix`
-  ("model/encoder/" or "encoder/"), without the "bert." prefix."""
-  shapes = reader.get_variable_to_shape_map()
-  get = lambda name: reader.get_tensor(prefix + name + _SUFFIX).astype(np.float32)
-  tensors = {f"embeddings.{hf}": get(f"embeddings/{ours}")
-             for ours, hf in _EMBEDDINGS.items()}
-  layers = sorted({int(m.group(1)) for key in shapes
-                   for m in [re.match(re.escape(prefix) + r"blocks/(\d+)/", key)]
-                   if m})
-  for i in layers:
-    for ours, hf in _BLOCK.items():
-      name = f"encoder.layer.{i}.{hf}"
-      if ours.endswith("layer_norm"):
-        tensors[name + ".weight"] = get(f"blocks/{i}/{ours}/gamma")
-        tensors[name + ".bias"] = get(f"blocks/{i}/{ours}/beta")
-      else:   # Keras kernels are [in, out]; PyTorch Linear weights [out, in]
-        tensors[name + ".weight"] = get(f"blocks/{i}/{ours}/kernel").T
-        tensors[name + ".bias"] = get(f"blocks/{i}/{ours}/bias")
-  if prefix + "pooler/kernel" + _SUFFIX in shapes:
-    tensors["pooler.dense.weight"] = get("pooler/kernel").T
-    tensors["pooler.dense.bias"] = get("pooler/bias")
+def encoder_tensors(checkpoint, object_path, config, source):
+  """{Hugging Face name (without the model prefix): float32 array} of the
+  encoder at `object_path` ("model/encoder/" or "encoder/") in
+  `checkpoint`, restored into `config`'s family and read through its
+  Hugging Face mapping.
+
+  Raises:
+    ValueError: the checkpoint's encoder does not fit `config` (naming
+      `source`, the config file).
+  """
+  family = encoders.family_of(config)
+  encoder = family.build(config, False).build_variables()
+  root = tf.train.Checkpoint(encoder=encoder)
+  if object_path.startswith("model/"):
+    root = tf.train.Checkpoint(model=root)
+  keys = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+  extra_block = f"{object_path}blocks/{len(encoder.blocks)}/"
+  try:
+    if any(key.startswith(extra_block) for key in keys):
+      raise AssertionError("more blocks than num_hidden_layers")
+    root.read(checkpoint).expect_partial().assert_existing_objects_matched()
+  except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+    reason = str(e).strip().splitlines()[0][:200]
+    raise ValueError(f"{checkpoint}: its encoder does not match {source} "
+                     f"({reason})") from None
+  return {name: np.asarray(how(variable.numpy()) if how else variable.numpy(),
+                           np.float32)
+          for variable, name, how in family.hf_assignments(encoder, {})}
+
+
+def model_tensors(family, encoder, head, head_tensors):
+  """The model file's tensors: the encoder's under the family's module
+  prefix when there is a head (`head`, a HeadMapping), head-side layers
+  (hf_optional_sources, hf_head_renames) beside it."""
+  if head is None:
+    return dict(encoder)
+  renames = family.hf_head_renames.get(head.architecture, {})
+  outside = {name.rsplit(".", 1)[0] for name in family.hf_optional_sources}
+  tensors = {}
+  for name, value in list(encoder.items()) + list(head_tensors.items()):
+    module, leaf = name.rsplit(".", 1)
+    is_head = name in head_tensors
+    if module in renames:
+      name = f"{renames[module]}.{leaf}"
+    elif not is_head and module not in outside:
+      name = f"{family.hf_prefix}.{name}"
+    tensors[name] = value
   return tensors
 
 
@@ -132,25 +149,20 @@ def _head(reader, heads):
                 f"{head.hf_module}.bias": bias.astype(np.float32)}
 
 
-def hf_config(config, head=None, num_labels=None, label_names=None):
-  """config.json of transformers' BERT with `head` (a HeadMapping; None:
-  the encoder alone)."""
-  act = {"gelu_tanh": "gelu_new", "swish": "silu"}.get(config.hidden_act,
-                                                        config.hidden_act)
-  values = {
-      "model_type": "bert", "vocab_size": config.vocab_size,
-      "hidden_size": config.hidden_size,
-      "num_hidden_layers": config.num_hidden_layers,
-      "num_attention_heads": config.num_attention_heads,
-      "intermediate_size": config.intermediate_size, "hidden_act": act,
-      "hidden_dropout_prob": config.hidden_dropout_prob,
-      "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
-      "max_position_embeddings": config.max_position_embeddings,
-      "type_vocab_size": config.type_vocab_size,
-      "initializer_range": config.initializer_range,
-      "layer_norm_eps": config.layer_norm_eps, "pad_token_id": 0,
-      "position_embedding_type": "absolute",
-      "architectures": ["Bert" + (head.architecture if head else "Model")]}
+def hf_config(config, model_type, head=None, num_labels=None,
+              label_names=None):
+  """config.json of `config`'s family as transformers' `model_type` (one
+  of the family's hf_model_types), with `head` (a HeadMapping; None: the
+  encoder alone). bertexp's config fields carry transformers' names."""
+  family = encoders.family_of(config)
+  values = {k: v for k, v in dataclasses.asdict(config).items()
+            if k != "family"}
+  values["hidden_act"] = {"gelu_tanh": "gelu_new", "swish": "silu"}.get(
+      config.hidden_act, config.hidden_act)
+  values.setdefault("pad_token_id", 0)
+  values["model_type"] = model_type
+  values["architectures"] = [family.hf_class(model_type) + (
+      head.architecture if head else "Model")]
   if head and head.labels != "none":
     values["num_labels"] = num_labels
     if num_labels == 1 and head.labels == "names_or_regression":
@@ -173,7 +185,9 @@ def _tokenizer_files(do_lower_case):
 
 
 def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
-  """(bert_config.json, vocab.txt, meta data or None) for the export."""
+  """(bert_config.json, the tokenizer's file: WordPiece vocab.txt or a
+  SentencePiece model, meta data or None) for the export."""
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   beside = checkpoint.rsplit("/", 1)[0]
   bert_config_file = (bert_config_file or
                       (run_folder and _macro(run_folder, "BERT_CONFIG_FILE")) or
@@ -184,14 +198,16 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
   meta_path = run_folder and _macro(run_folder, "INPUT_META_DATA_PATH")
   meta = (fileio.read_json(meta_path)
           if meta_path and tf.io.gfile.exists(meta_path) else None)
-  candidates = [vocab_file, meta and meta.get("vocab_file"),
-                fileio.join(bert_config_file.rsplit("/", 1)[0], "vocab.txt"),
-                fileio.join(beside, "vocab.txt")]
+  names = ["vocab.txt"] + [f.model_file
+                          for f in sentencepiece.FAMILIES.values()]
+  candidates = [vocab_file, meta and meta.get("vocab_file")] + [
+      fileio.join(folder, name) for folder in (
+          bert_config_file.rsplit("/", 1)[0], beside) for name in names]
   vocab = next((v for v in candidates if v and tf.io.gfile.exists(v)), None)
   if vocab is None:
-    raise FileNotFoundError(f"{checkpoint}: no vocab.txt found beside "
-                            f"{bert_config_file} or the checkpoint (pass "
-                            "--vocab_file)")
+    raise FileNotFoundError(f"{checkpoint}: no tokenizer file ({', '.join(names)})"
+                            f" found beside {bert_config_file} or the "
+                            "checkpoint (pass --vocab_file)")
   return bert_config_file, vocab, meta
 
 
@@ -202,24 +218,24 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
   Args:
     input_path: a MODEL_DIR, a checkpoint prefix or an encoder folder.
     output_dir: the folder to write (whole or not at all).
-    bert_config_file, vocab_file: override what the run's config.gin says.
+    bert_config_file, vocab_file: override what the run's config.gin says
+      (vocab_file: WordPiece vocab.txt or the family's SentencePiece model).
     heads: the HeadMappings the tasks declare; the checkpoint's head is
       the one whose layer it holds.
   Returns:
     (the transformers architecture, {HF name: array}).
   Raises:
-    FileNotFoundError: no config, vocabulary or checkpoint.
-    ValueError: no encoder in the checkpoint, a layer count other than
-      the config's, or an encoder family other than BERT.
+    FileNotFoundError: no config, tokenizer file or checkpoint.
+    ValueError: no encoder in the checkpoint, or one that does not fit the
+      config (layer count, shapes).
   """
   from safetensors.numpy import save as save_safetensors
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   checkpoint, run_folder = _checkpoint_prefix(input_path)
   bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
                                            bert_config_file, vocab_file)
   config = encoders.read_config(bert_config_file)
-  if config.family != "bert":
-    raise ValueError(f"{bert_config_file}: --to=huggingface writes the BERT "
-                     f"family; family {config.family!r} is not supported")
+  family = encoders.family_of(config)
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   prefix = ("model/encoder/" if any(k.startswith("model/encoder/") for k in shapes)
@@ -227,18 +243,17 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
   if not any(k.startswith(prefix) for k in shapes):
     raise ValueError(f"{checkpoint}: holds no bertexp encoder")
   head_mapping, head = _head(reader, heads)
-  encoder = hf_tensors(reader, prefix)
-  if len([k for k in encoder if k.endswith("attention.self.query.weight")]) != (
-      config.num_hidden_layers):
-    raise ValueError(f"{checkpoint}: its layer count does not match "
-                     f"{bert_config_file}")
-  tensors = ({f"bert.{k}": v for k, v in encoder.items()} if head_mapping
-             else encoder)
-  tensors.update(head)
+  tensors = model_tensors(
+      family, encoder_tensors(checkpoint, prefix, config, bert_config_file),
+      head_mapping, head)
   num_labels = (head[f"{head_mapping.hf_module}.bias"].shape[0]
                 if head_mapping else None)
-  values = hf_config(config, head_mapping, num_labels,
+  spm_family = sentencepiece.family_of_file(vocab)
+  model_type = (spm_family if spm_family in family.hf_model_types
+                else family.hf_model_types[0])
+  values = hf_config(config, model_type, head_mapping, num_labels,
                      meta and meta.get("label_names"))
+  lower = True if meta is None else bool(meta.get("do_lower_case", True))
   with fileio.atomic_folder(output_dir) as tmp:
     fileio.write_text(fileio.join(tmp, "config.json"),
                       json.dumps(values, indent=2, sort_keys=True) + "\n")
@@ -246,12 +261,29 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       f.write(save_safetensors({k: np.ascontiguousarray(v)
                                 for k, v in tensors.items()},
                                metadata={"format": "pt"}))
-    tf.io.gfile.copy(vocab, fileio.join(tmp, "vocab.txt"), overwrite=True)
-    lower = True if meta is None else bool(meta.get("do_lower_case", True))
-    for name, content in _tokenizer_files(lower).items():
-      fileio.write_text(fileio.join(tmp, name),
-                        json.dumps(content, indent=2) + "\n")
+    _write_tokenizer(tmp, vocab, spm_family, lower)
   architecture = values["architectures"][0]
   print(f"wrote {architecture} ({len(tensors)} tensors) from {checkpoint} to "
         f"{output_dir}", flush=True)
   return architecture, tensors
+
+
+def _write_tokenizer(folder, vocab, spm_family, do_lower_case):
+  """WordPiece: vocab.txt, tokenizer_config.json, special_tokens_map.json.
+  SentencePiece: the model file, and tokenizer_config.json (the one beside
+  it, else the family's tokenizer class and casing)."""
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  if spm_family is None:
+    tf.io.gfile.copy(vocab, fileio.join(folder, "vocab.txt"), overwrite=True)
+    for name, content in _tokenizer_files(do_lower_case).items():
+      fileio.write_text(fileio.join(folder, name),
+                        json.dumps(content, indent=2) + "\n")
+    return
+  spec = sentencepiece.FAMILIES[spm_family]
+  tf.io.gfile.copy(vocab, fileio.join(folder, spec.model_file), overwrite=True)
+  beside = fileio.join(vocab.rsplit("/", 1)[0], "tokenizer_config.json")
+  settings = (fileio.read_json(beside) if tf.io.gfile.exists(beside) else
+              {"do_lower_case": do_lower_case})
+  settings.setdefault("tokenizer_class", spec.hf_tokenizer_class)
+  fileio.write_text(fileio.join(folder, "tokenizer_config.json"),
+                    json.dumps(settings, indent=2) + "\n")

@@ -39,6 +39,7 @@ class Family:
     segment_ids: the second text's tokens get type id 1.
     albert_text: ALBERT's text rules before the model (quotes, accents,
       lower case).
+    hf_tokenizer_class: transformers' tokenizer class for the family.
   """
   model_file: str
   id_offset: int
@@ -50,21 +51,32 @@ class Family:
   pair_separators: int
   segment_ids: bool
   albert_text: bool
+  hf_tokenizer_class: str
 
 
 FAMILIES = {
     "xlm-roberta": Family("sentencepiece.bpe.model", id_offset=1, unk_id=3,
                           cls="<s>", sep="</s>", pad="<pad>", mask="<mask>",
                           pair_separators=2, segment_ids=False,
-                          albert_text=False),
+                          albert_text=False,
+                          hf_tokenizer_class="XLMRobertaTokenizer"),
     "albert": Family("spiece.model", id_offset=0, unk_id=1, cls="[CLS]",
                      sep="[SEP]", pad="<pad>", mask="[MASK]",
-                     pair_separators=1, segment_ids=True, albert_text=True),
+                     pair_separators=1, segment_ids=True, albert_text=True,
+                     hf_tokenizer_class="AlbertTokenizer"),
     "deberta-v2": Family("spm.model", id_offset=0, unk_id=3, cls="[CLS]",
                          sep="[SEP]", pad="[PAD]", mask="[MASK]",
                          pair_separators=1, segment_ids=True,
-                         albert_text=False),
+                         albert_text=False,
+                         hf_tokenizer_class="DebertaV2Tokenizer"),
 }
+def family_of_file(path):
+  """The FAMILIES key whose model file name `path` ends with, else None."""
+  name = path.rstrip("/").rsplit("/", 1)[-1]
+  return next((key for key, family in FAMILIES.items()
+               if family.model_file == name), None)
+
+
 # fairseq's first four ids, before the shifted SentencePiece ids.
 _FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 

@@ -54,7 +54,15 @@ class EncoderFamily:
       from HF-named tensors: what a conversion checks the encoder against.
     hf_optional_sources: HF tensor names an encoder may lack (a head layer
       the family's pooler takes when the checkpoint has it); their
-      variables keep their initial values.
+      variables keep their initial values. Going back to Hugging Face they
+      stay outside the encoder's module prefix.
+    hf_classes: transformers' class-name stem of each hf_model_types entry
+      ("Bert" for BertModel, BertForSequenceClassification...).
+    hf_head_renames: {architecture suffix: {HF module: the module transformers
+      names it in that architecture}} for the task models whose head
+      layout differs from BERT's (RoBERTa's and ELECTRA's
+      `classifier.dense` + `classifier.out_proj`); renamed modules stay
+      outside the encoder's module prefix.
   """
   name: str
   config_class: type
@@ -65,6 +73,14 @@ class EncoderFamily:
   hf_prefix: str
   numpy_reference: Callable[..., Dict[str, Any]]
   hf_optional_sources: Tuple[str, ...] = ()
+  hf_classes: Tuple[str, ...] = ()
+  hf_head_renames: Dict[str, Dict[str, str]] = dataclasses.field(
+      default_factory=dict)
+
+  def hf_class(self, model_type):
+    """transformers' class-name stem for `model_type` (one of
+    hf_model_types)."""
+    return dict(zip(self.hf_model_types, self.hf_classes))[model_type]
 
 
 def families() -> Dict[str, EncoderFamily]:

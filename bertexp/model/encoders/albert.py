@@ -80,4 +80,4 @@ FAMILY = encoders.EncoderFamily(
     name="albert", config_class=AlbertConfig, build=build,
     hf_model_types=("albert",), hf_assignments=hf_assignments,
     tokenizer="sentencepiece", hf_prefix="albert",
-    numpy_reference=numpy_reference)
+    numpy_reference=numpy_reference, hf_classes=("Albert",))

@@ -76,4 +76,5 @@ def build(config, recompute=False):
 FAMILY = encoders.EncoderFamily(
     name="bert", config_class=modeling.BertConfig, build=build,
     hf_model_types=("bert",), hf_assignments=hf_assignments,
-    tokenizer="wordpiece", hf_prefix="bert", numpy_reference=numpy_reference)
+    tokenizer="wordpiece", hf_prefix="bert", numpy_reference=numpy_reference,
+    hf_classes=("Bert",))

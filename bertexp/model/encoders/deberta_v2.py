@@ -56,7 +56,7 @@ class DebertaV2Config(modeling.BertConfig):
   share_att_key: the relative table goes through each layer's query and
     key projections (else through separate pos_query / pos_key ones).
   norm_rel_ebd: "layer_norm" to LayerNorm the relative table, or "none".
-  embedding_size: E, the embeddings' width (0: H).
+  embedding_size: E, the embeddings' width (absent or 0: H).
   pooler_hidden_act: the pooler's activation.
   conv_kernel_size: must be 0 (the convolution layer is not supported).
   """
@@ -82,8 +82,8 @@ class DebertaV2Config(modeling.BertConfig):
       self.max_relative_positions = self.max_position_embeddings
     if self.position_buckets is None or self.position_buckets < 0:
       self.position_buckets = 0
-    if self.embedding_size is None:
-      self.embedding_size = 0
+    if not self.embedding_size:           # absent or 0: as wide as H
+      self.embedding_size = self.hidden_size
     terms = self.pos_att_type or ()
     if isinstance(terms, str):
       terms = terms.lower().split("|")
@@ -128,7 +128,7 @@ class DebertaV2Config(modeling.BertConfig):
     projections when keys are not shared), the relative table and its
     LayerNorm, the pooler."""
     h = self.hidden_size
-    e = self.embedding_size or h
+    e = self.embedding_size
     rows = self.vocab_size + self.type_vocab_size + (
         self.max_position_embeddings if self.position_biased_input else 0)
     embeddings = rows * e + (e * h if e != h else 0) + 2 * h
@@ -184,7 +184,7 @@ class DebertaEmbeddings(tf_keras.layers.Layer):
   def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
     self.config = config
-    self.width = config.embedding_size or config.hidden_size
+    self.width = config.embedding_size
     self.project = None
     if self.width != config.hidden_size:
       self.project = tf_keras.layers.Dense(
@@ -485,4 +485,5 @@ FAMILY = encoders.EncoderFamily(
     hf_model_types=("deberta-v2",), hf_assignments=hf_assignments,
     tokenizer="sentencepiece", hf_prefix="deberta",
     numpy_reference=numpy_reference,
-    hf_optional_sources=(POOLER + ".weight", POOLER + ".bias"))
+    hf_optional_sources=(POOLER + ".weight", POOLER + ".bias"),
+    hf_classes=("DebertaV2",))

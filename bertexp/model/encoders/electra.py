@@ -56,4 +56,10 @@ FAMILY = encoders.EncoderFamily(
     hf_model_types=("electra",), hf_assignments=hf_assignments,
     tokenizer="wordpiece", hf_prefix="electra",
     numpy_reference=numpy_reference,
-    hf_optional_sources=(HEAD_DENSE + ".weight", HEAD_DENSE + ".bias"))
+    hf_optional_sources=(HEAD_DENSE + ".weight", HEAD_DENSE + ".bias"),
+    hf_classes=("Electra",),
+    # ElectraClassificationHead: dense (the pooler), then out_proj; its
+    # multiple-choice model summarises [CLS] with `sequence_summary`.
+    hf_head_renames={
+        "ForSequenceClassification": {"classifier": "classifier.out_proj"},
+        "ForMultipleChoice": {HEAD_DENSE: "sequence_summary.summary"}})

@@ -459,4 +459,4 @@ FAMILY = encoders.EncoderFamily(
     name="mobilebert", config_class=MobileBertConfig, build=build,
     hf_model_types=("mobilebert",), hf_assignments=hf_assignments,
     tokenizer="wordpiece", hf_prefix="mobilebert",
-    numpy_reference=numpy_reference)
+    numpy_reference=numpy_reference, hf_classes=("MobileBert",))

@@ -81,4 +81,9 @@ FAMILY = encoders.EncoderFamily(
     name="roberta", config_class=RobertaConfig, build=build,
     hf_model_types=("roberta", "xlm-roberta"),
     hf_assignments=bert.hf_assignments, tokenizer="byte_bpe",
-    hf_prefix="roberta", numpy_reference=numpy_reference)
+    hf_prefix="roberta", numpy_reference=numpy_reference,
+    hf_classes=("Roberta", "XLMRoberta"),
+    # RobertaClassificationHead: dense + tanh over <s> (the pooler), then
+    # out_proj; the model's own pooler is not used there.
+    hf_head_renames={"ForSequenceClassification": {
+        "pooler.dense": "classifier.dense", "classifier": "classifier.out_proj"}})

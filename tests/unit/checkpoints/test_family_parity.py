@@ -13,6 +13,7 @@ from safetensors import numpy as st_numpy
 
 import bertexp
 from bertexp import cli
+from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model.encoders import deberta_v2
 from bertexp.model.encoders import roberta
@@ -93,15 +94,48 @@ def test_roberta_positions_start_after_the_pad_row():
                                 [[2, 3, 4, 1], [2, 3, 4, 5]])
 
 
-def test_export_to_huggingface_of_another_family_is_a_one_line_error(
-    tmp_path, capsys):
-  _convert("roberta", str(tmp_path / "out"))
+def _stripped(tensors, prefix):
+  """HF tensors without the task model's encoder prefix."""
+  return {(name[len(prefix) + 1:] if name.startswith(prefix + ".") else name):
+          value for name, value in tensors.items()}
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_each_family_goes_back_to_the_tensors_transformers_wrote(model_type,
+                                                                 tmp_path):
+  """Hugging Face -> bertexp -> Hugging Face (`--to=huggingface` of the
+  converted folder): every encoder tensor transformers wrote comes back
+  under its own name with its value (only the task head stays behind), and
+  config.json keeps the family's fields."""
+  _convert(model_type, str(tmp_path / "out"))
   assert cli.main(["convert-checkpoint", "--to=huggingface",
                    f"--input={tmp_path / 'out'}",
-                   f"--output={tmp_path / 'hf'}"]) != 0
-  error = capsys.readouterr().err.strip().splitlines()[-1]
-  assert "family 'roberta' is not supported" in error
-  assert not os.path.exists(tmp_path / "hf")
+                   f"--output={tmp_path / 'hf'}"]) == 0
+  family = encoders.family_of(encoders.read_config(
+      str(tmp_path / "out" / "bert_config.json")))
+  exported = st_numpy.load_file(str(tmp_path / "hf" / "model.safetensors"))
+  original = _stripped(st_numpy.load_file(
+      os.path.join(GOLDEN, model_type, "model.safetensors")), family.hf_prefix)
+  left_behind = set(original) - set(exported)
+  assert all(name.startswith("classifier.") or name.endswith("position_ids")
+             for name in left_behind), left_behind
+  assert set(exported) <= set(original)
+  for name, value in exported.items():
+    np.testing.assert_array_equal(value, original[name], err_msg=name)
+  ours = json.loads((tmp_path / "hf" / "config.json").read_text())
+  theirs = json.load(open(os.path.join(GOLDEN, model_type, "config.json")))
+  # The model type follows the tokenizer that goes along: the XLM-R
+  # fixture carries a WordPiece vocab.txt (not XLM-R's SentencePiece
+  # model), so it goes out as RoBERTa.
+  expected_type = {"xlm-roberta": "roberta"}.get(theirs["model_type"],
+                                                 theirs["model_type"])
+  assert ours["model_type"] == expected_type
+  normalised = {"architectures", "max_relative_positions", "position_buckets",
+                "model_type"}
+  shared = (set(ours) & set(theirs)) - normalised
+  assert {"hidden_size", "num_hidden_layers", "vocab_size"} <= shared
+  assert {k: ours[k] for k in shared} == {k: theirs[k] for k in shared}
+  assert ours["architectures"] == [family.hf_class(expected_type) + "Model"]
 
 
 def test_roberta_reads_no_token_types(tmp_path):
@@ -148,3 +182,57 @@ def test_deberta_relative_positions_equal_transformers_log_buckets(buckets):
   np.testing.assert_array_equal(deberta_v2.numpy_bucket(offsets, config),
                                 want[offsets + 1023])
   assert len(set(want.tolist())) < len(want) // 2   # far offsets share buckets
+
+
+# The classification head of each family's ForSequenceClassification:
+# (architecture, the head-side tensors besides the encoder's prefix, the one
+# that holds bertexp's classifier).
+CLASSIFIER_LAYOUT = {
+    "albert": ("AlbertForSequenceClassification", {"classifier"},
+               "classifier"),
+    "deberta-v2": ("DebertaV2ForSequenceClassification",
+                   {"pooler.dense", "classifier"}, "classifier"),
+    "electra": ("ElectraForSequenceClassification",
+                {"classifier.dense", "classifier.out_proj"},
+                "classifier.out_proj"),
+    "mobilebert": ("MobileBertForSequenceClassification", {"classifier"},
+                   "classifier"),
+    "roberta": ("RobertaForSequenceClassification",
+                {"classifier.dense", "classifier.out_proj"},
+                "classifier.out_proj"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CLASSIFIER_LAYOUT))
+def test_a_classifier_run_goes_out_as_the_familys_sequence_classifier(
+    model_type, tmp_path):
+  """A training checkpoint of the classification task on each family goes
+  out under the names transformers' ForSequenceClassification of that family
+  loads (checked against transformers 5.25's modules): ELECTRA's and
+  RoBERTa's head is classifier.dense (bertexp's pooler) + out_proj,
+  DeBERTa's pooler sits beside the encoder."""
+  import tensorflow as tf
+  from bertexp.model import modeling
+  encoder = _convert(model_type, str(tmp_path / "out"))
+  model = modeling.ClassifierModel(encoder, 3).build_variables()
+  tf.random.set_seed(5)
+  for variable in model.variables:
+    variable.assign(tf.random.normal(variable.shape, stddev=0.05))
+  prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt-1"))
+  assert cli.main(["convert-checkpoint", "--to=huggingface", f"--input={prefix}",
+                   f"--output={tmp_path / 'hf'}",
+                   f"--bert_config_file={tmp_path / 'out' / 'bert_config.json'}",
+                   f"--vocab_file={tmp_path / 'out' / 'vocab.txt'}"]) == 0
+  architecture, head_side, classifier = CLASSIFIER_LAYOUT[model_type]
+  config = json.loads((tmp_path / "hf" / "config.json").read_text())
+  assert config["architectures"] == [architecture] and config["num_labels"] == 3
+  tensors = st_numpy.load_file(str(tmp_path / "hf" / "model.safetensors"))
+  family = encoders.family_of(encoder.config)
+  outside = {name.rsplit(".", 1)[0] for name in tensors
+             if not name.startswith(family.hf_prefix + ".")}
+  assert outside == head_side
+  np.testing.assert_array_equal(tensors[classifier + ".weight"],
+                                model.classifier.kernel.numpy().T)
+  if "classifier.dense" in head_side:   # the pooler went into the head
+    assert not any(name.startswith(f"{family.hf_prefix}.pooler")
+                   for name in tensors)

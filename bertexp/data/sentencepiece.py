@@ -130,9 +130,11 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
     self.cls_id = self.token_to_id[self.spec.cls]
     self.sep_id = self.token_to_id[self.spec.sep]
     self.pad_id = self.token_to_id[self.spec.pad]
+    self.unk_id = self.spec.unk_id
     self.pair_separators = self.spec.pair_separators
     self.segment_ids = self.spec.segment_ids
     self.truncation = "huggingface"        # pairs cut as the fast tokenizer
+    self.splits_punctuation = False        # pieces run across punctuation
 
   def _vocab(self, pieces):
     """The family's tokens in id order."""
@@ -159,9 +161,24 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
 
   def tokenize_tf(self, texts):
     """tf.string [B] -> ragged int64 [B, (pieces)] in the family's ids."""
-    ids = self.module.tokenize(self.normalize(texts))           # [B, (n)]
+    return self._family_ids(self.module.tokenize(self.normalize(texts)))
+
+  def tokenize_with_offsets_tf(self, normalized):
+    """Already normalized tf.string [N] -> (ids, start bytes, end bytes),
+    each ragged int64 [N, (pieces)], offsets into `normalized` (a piece
+    that is only the word-start mark "▁" spans no byte)."""
+    ids, starts, ends = self.module.tokenize_with_offsets(normalized)
+    return self._family_ids(ids), starts, ends
+
+  def _family_ids(self, ids):
+    """The model's ragged ids -> the family's (fairseq's shift), int64."""
     if self.spec.id_offset:
       ids = tf.ragged.map_flat_values(
           lambda v: tf.where(v == 0, self.spec.unk_id, v + self.spec.id_offset),
           ids)
     return tf.cast(ids, tf.int64)
+
+  @staticmethod
+  def pieces_text(tokens):
+    """SentencePiece pieces -> their text, words apart at each "▁"."""
+    return " ".join("".join(tokens).replace("\u2581", " ").split())

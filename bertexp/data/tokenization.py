@@ -98,11 +98,13 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
     self.cls_id = self.token_to_id["[CLS]"]
     self.sep_id = self.token_to_id["[SEP]"]
     self.pad_id = self.token_to_id["[PAD]"]
+    self.unk_id = self.token_to_id["[UNK]"]
     # BERT's pair layout: one [SEP] between the texts, b's type ids are 1;
     # pairs cut as google-research's run_classifier cut them.
     self.pair_separators = 1
     self.segment_ids = True
     self.truncation = "google"
+    self.splits_punctuation = True         # punctuation marks are words
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.
@@ -120,6 +122,17 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
   def tokenize_tf(self, texts):
     """tf.string [B] -> ragged int64 [B, (tokens)] (words merged)."""
     return self.wordpiece.tokenize(self.normalize(texts))
+
+  def tokenize_with_offsets_tf(self, normalized):
+    """Already normalized tf.string [N] -> (ids, start bytes, end bytes),
+    each ragged int64 [N, (pieces)], offsets into `normalized`."""
+    return self.wordpiece.tokenize_with_offsets(normalized)
+
+  @staticmethod
+  def pieces_text(tokens):
+    """WordPiece tokens -> their text, words apart ("##" pieces joined)."""
+    return " ".join(" ".join(tokens).replace(" ##", "").replace("##", "")
+                    .split())
 
 
 def truncated_lengths(len_a, len_b, max_tokens, rule="google", ops=np):

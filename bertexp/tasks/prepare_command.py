@@ -47,7 +47,8 @@ def add_text_flags(parser, default_length):
       "--tokenizer", metavar="FOLDER",
       help="a Hugging Face (or converted) model folder: its config.json "
            "model_type picks the tokenizer (WordPiece vocab.txt; ALBERT's "
-           "spiece.model, XLM-RoBERTa's sentencepiece.bpe.model) and "
+           "spiece.model, XLM-RoBERTa's sentencepiece.bpe.model, DeBERTa's "
+           "spm.model) and "
            "tokenizer_config.json its casing")
   parser.add_argument("--output_dir", required=True)
   parser.add_argument("--max_seq_length", type=int, default=default_length,
@@ -58,7 +59,7 @@ def add_text_flags(parser, default_length):
                       help="checks max_seq_length against the model")
 
 
-def text_options(args, sentencepiece=False) -> Dict[str, Any]:
+def text_options(args) -> Dict[str, Any]:
   """The shared flags as keyword arguments of the data/ prepare functions:
   vocab_file, output_dir, max_seq_length, do_lower_case and
   max_position_embeddings (from --bert_config_file, or None); with a
@@ -66,7 +67,6 @@ def text_options(args, sentencepiece=False) -> Dict[str, Any]:
 
   Args:
     args: the parsed flags.
-    sentencepiece: the command packs SentencePiece families' ids.
   Raises:
     ValueError: --tokenizer names a folder the command cannot read (one
       line naming it).
@@ -87,12 +87,6 @@ def text_options(args, sentencepiece=False) -> Dict[str, Any]:
                    do_lower_case=settings["do_lower_case"] and not
                    args.no_lower_case)
     if settings["family"] is not None:
-      if not sentencepiece:
-        raise ValueError(
-            f"--tokenizer={args.tokenizer}: {settings['family']}'s "
-            "SentencePiece ids are packed by prepare classification, glue "
-            "and multiple_choice so far; this command reads WordPiece "
-            "folders")
       options.update(tokenizer_family=settings["family"],
                      keep_accents=settings["keep_accents"])
   return options

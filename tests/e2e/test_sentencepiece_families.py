@@ -2,7 +2,8 @@
 convert-checkpoint carries the tokenizer into the encoder folder, `prepare
 classification --tokenizer=FOLDER` writes the fast tokenizer's ids, the
 classifier fine-tunes and predicts, and the export's serve_text tokenizes
-in the graph to the predict file's probabilities."""
+in the graph to the predict file's probabilities; `prepare squad`,
+`tagging` and `multiple_choice` write the fast tokenizer's ids."""
 import json
 import os
 import shutil
@@ -142,19 +143,44 @@ def test_a_sentencepiece_vocabulary_larger_than_the_model_is_refused(
   assert not os.path.exists(f"{tmp_path}/out")
 
 
-@pytest.mark.parametrize("command", ["squad", "tagging"])
-def test_commands_without_sentencepiece_packing_say_so(tmp_path, capsys,
-                                                       command):
-  hf = str(tmp_path / "hf")
-  _hugging_face_folder(hf, 2002)
-  flags = {"squad": ["--squad_file=x.json"],
-           "tagging": ["--format=conll", "--train_file=x.txt",
-                       "--task_name=ner"]}[command]
-  code = cli.main(["prepare", command, *flags, f"--tokenizer={hf}",
-                   f"--output_dir={tmp_path}/data"])
-  assert code != 0
-  error = capsys.readouterr().err.strip().splitlines()[-1]
-  assert "packed by prepare classification, glue and multiple_choice so far" in error
+def test_prepare_squad_and_tagging_write_the_fast_tokenizers_ids(tmp_path):
+  """`prepare squad` and `prepare tagging` with --tokenizer=FOLDER: records
+  in the family's layout with the fast tokenizer's ids (run_qa's question +
+  context, run_ner's words), and meta data that names the tokenizer so
+  that evaluation and serve_text read text the same way."""
+  golden = json.load(open(os.path.join(TOKENIZER, "ids.json"),
+                          encoding="utf-8"))
+  seq = 64
+  with open(tmp_path / "squad.json", "w", encoding="utf-8") as f:
+    json.dump({"data": [{"paragraphs": [{"context": context, "qas": [{
+        "id": str(k), "question": question, "answers": [
+            {"text": answer, "answer_start": start}]}]}
+        for k, (question, context, answer, start) in enumerate(golden["qa"])
+    ]}]}, f, ensure_ascii=False)
+  with open(tmp_path / "ner.txt", "w", encoding="utf-8") as f:
+    f.write("".join("".join(f"{w} O\n" for w in words) + "\n"
+                    for words in golden["word_sentences"]))
+  assert cli.main([
+      "prepare", "squad", f"--squad_file={tmp_path}/squad.json",
+      f"--tokenizer={TOKENIZER}", f"--output_dir={tmp_path}/squad",
+      f"--max_seq_length={seq}"]) == 0
+  assert cli.main([
+      "prepare", "tagging", "--format=conll", f"--train_file={tmp_path}/ner.txt",
+      "--task_name=ner", f"--tokenizer={TOKENIZER}",
+      f"--output_dir={tmp_path}/ner", f"--max_seq_length={seq}"]) == 0
+  for meta_file, record_file, want in (
+      ("squad/squad_v1.1_train_meta_data", "squad/squad_v1.1_train.tf_record",
+       golden["task_ids"]["qa"]),
+      ("ner/ner_meta_data", "ner/ner_train.tf_record",
+       golden["task_ids"]["words"])):
+    meta = json.load(open(tmp_path / meta_file))
+    assert meta["tokenizer_family"] == "xlm-roberta", meta_file
+    feature = {"input_word_ids": tf.io.FixedLenFeature([seq], tf.int64)}
+    written = [tf.io.parse_single_example(r, feature)["input_word_ids"]
+               .numpy().tolist() for r in tf.data.TFRecordDataset(
+                   str(tmp_path / record_file))]
+    assert [row[:len(w["input_ids"])] for row, w in zip(written, want)] == [
+        w["input_ids"] for w in want] and len(written) == len(want)
 
 
 def test_multiple_choice_packs_each_choice_in_the_familys_pair_layout(

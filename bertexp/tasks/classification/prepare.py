@@ -12,7 +12,7 @@ def _glue_arguments(parser):
 def _run_glue(args):
   from bertexp.data import prepare
   _report(prepare.prepare_glue(args.task, input_dir=args.input_dir,
-                               **prepare_command.text_options(args, sentencepiece=True)))
+                               **prepare_command.text_options(args)))
 
 
 def _classification_arguments(parser):
@@ -50,7 +50,7 @@ def _run_classification(args):
       labels=args.labels.split(",") if args.labels else None,
       regression=args.regression, id_column=args.id_column,
       doc_stride=args.doc_stride, folds=args.folds, fold_seed=args.fold_seed,
-      **prepare_command.text_options(args, sentencepiece=True)))
+      **prepare_command.text_options(args)))
 
 
 def _report(meta):

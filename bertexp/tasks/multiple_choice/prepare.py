@@ -196,7 +196,7 @@ def _run(args):
                       if args.choice_columns else None),
       question_column=args.question_column, label_column=args.label_column,
       id_column=args.id_column,
-      **prepare_command.text_options(args, sentencepiece=True))
+      **prepare_command.text_options(args))
   print(f"prepared {meta['task']}: {meta['split_sizes']} examples of "
         f"{meta['num_choices']} choices, truncated sequences "
         f"{meta['truncated_sequences']}", flush=True)

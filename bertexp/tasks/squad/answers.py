@@ -65,24 +65,39 @@ def _normalised_pieces(text, do_lower_case):
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def final_text(predicted, original, do_lower_case):
+def final_text(predicted, original, do_lower_case, splits_punctuation=True):
   """The span of `original` that the (normalised) `predicted` text covers.
 
   E.g. predicted "steve smith", original "Steve Smith's" -> "Steve Smith".
   Falls back to `original` when the two cannot be aligned char by char
   (ignoring spaces), e.g. when normalisation changed the length.
+
+  Args:
+    predicted: the pieces' text (tokenizer.pieces_text).
+    original: the whitespace words the pieces came from, joined by spaces.
+    do_lower_case: the tokenizer's.
+    splits_punctuation: the tokenizer puts punctuation apart (WordPiece:
+      `predicted` is found as words of the spaced original, as
+      google-research's get_final_text); False (SentencePiece: pieces run
+      across punctuation) finds it by its characters, spaces ignored.
+  Returns:
+    The original text of the answer.
   """
   normalised = _normalised_pieces(original, do_lower_case)
   if normalised == predicted:
     return original          # the span covers whole words: nothing to trim
-  start = normalised.find(predicted)
-  if start < 0:
-    return original
   if (len(original) - original.count(" ") !=
       len(normalised) - normalised.count(" ")):
     return original
+  if splits_punctuation:
+    start = normalised.find(predicted)
+    first_k = start - normalised.count(" ", 0, start)
+  else:
+    first_k = start = normalised.replace(" ", "").find(
+        predicted.replace(" ", ""))
+  if start < 0 or not predicted.strip():
+    return original
   # The k-th non-space character of one is the k-th of the other.
-  first_k = start - normalised.count(" ", 0, start)
   last_k = first_k + len(predicted) - predicted.count(" ") - 1
   return original[_nth_non_space(original, first_k):
                   _nth_non_space(original, last_k) + 1]
@@ -109,16 +124,20 @@ def _top(logits, n):
   return part[np.argsort(-logits[part], kind="stable")].tolist()
 
 
-def _pieces_text(tokens):
-  return " ".join(" ".join(tokens).replace(" ##", "").replace("##", "").split())
-
-
-def answer_question(example, windows, vocab, *, n_best_size=20,
+def answer_question(example, windows, tokenizer, *, n_best_size=20,
                     max_answer_length=30, do_lower_case=True,
                     version_2_with_negative=False):
-  """windows: [(feature, start_logits [S], end_logits [S])] of one question.
+  """The n-best answers of one question.
 
-  Returns (n-best candidates, best, null score diff or None).
+  Args:
+    example: the SquadExample.
+    windows: [(feature, start_logits [S], end_logits [S])] of its windows.
+    tokenizer: the one that made the windows (its vocab, pieces_text and
+      splits_punctuation).
+    n_best_size, max_answer_length, do_lower_case, version_2_with_negative:
+      run_squad's.
+  Returns:
+    (n-best candidates, best, null score diff or None).
   """
   spans, null = [], None   # spans: per window (scores, starts, ends) arrays
   for feature, start_logits, end_logits in windows:
@@ -147,10 +166,11 @@ def answer_question(example, windows, vocab, *, n_best_size=20,
         break
       feature, start_logits, end_logits = windows[window[k]]
       s, e = int(starts[k]), int(ends[k])
-      pieces = [vocab[i] for i in feature.input_word_ids[s:e + 1]]
+      pieces = [tokenizer.vocab[i] for i in feature.input_word_ids[s:e + 1]]
       words = example.doc_tokens[feature.token_to_word[s]:
                                  feature.token_to_word[e] + 1]
-      text = final_text(_pieces_text(pieces), " ".join(words), do_lower_case)
+      text = final_text(tokenizer.pieces_text(pieces), " ".join(words),
+                        do_lower_case, tokenizer.splits_punctuation)
       if text in seen:
         continue
       seen.add(text)
@@ -178,7 +198,7 @@ def probabilities(candidates):
   return exp / exp.sum()
 
 
-def predict_answers(examples, features, logits_by_unique_id, vocab, *,
+def predict_answers(examples, features, logits_by_unique_id, tokenizer, *,
                     n_best_size=20, max_answer_length=30, do_lower_case=True,
                     version_2_with_negative=False, null_score_diff_threshold=0.0):
   """-> (predictions {qid: text}, nbest {qid: [..]}, null_odds {qid: diff})."""
@@ -190,7 +210,7 @@ def predict_answers(examples, features, logits_by_unique_id, vocab, *,
   predictions, nbest, null_odds = {}, {}, {}
   for index, example in enumerate(examples):
     candidates, best, diff = answer_question(
-        example, by_example.get(index, []), vocab, n_best_size=n_best_size,
+        example, by_example.get(index, []), tokenizer, n_best_size=n_best_size,
         max_answer_length=max_answer_length, do_lower_case=do_lower_case,
         version_2_with_negative=version_2_with_negative)
     probs = probabilities(candidates)

@@ -31,6 +31,8 @@ class SquadExample:
   start_word: int = -1            # -1: no answer (v2.0 impossible / eval)
   end_word: int = -1
   is_impossible: bool = False
+  start_char: int = 0             # the answer's first char in start_word
+  end_char: int = 0               # its end (exclusive) in end_word
 
 
 @dataclasses.dataclass
@@ -138,6 +140,9 @@ def _locate_answer(example, qa, char_to_word, context, where):
   example.answer_text = text
   example.start_word = char_to_word[start]
   example.end_word = char_to_word[start + len(text) - 1]
+  example.start_char = start - char_to_word.index(example.start_word)
+  example.end_char = (start + len(text) -
+                      char_to_word.index(example.end_word))
   found = " ".join(example.doc_tokens[example.start_word:example.end_word + 1])
   # The answer text, whitespace-normalised, must appear in those words.
   return " ".join(text.split()) in found
@@ -208,6 +213,40 @@ def best_windows(windows, num_tokens):
   return np.argmax(scores, axis=0) if num_tokens else np.zeros(0, np.int64)
 
 
+def _piece_chars(tokenizer, words):
+  """{word: [(start, end) characters of each of its pieces]}, in the word as
+  the tokenizer normalizes it."""
+  import tensorflow as tf
+  if not words:
+    return {}
+  normalized = [w.decode("utf-8") for w in
+                tokenizer.normalize(tf.constant(words)).numpy()]
+  _, starts, ends = tokenizer.tokenize_with_offsets_tf(tf.constant(normalized))
+  result = {}
+  for word, text, first, last in zip(words, normalized, starts.to_list(),
+                                     ends.to_list()):
+    raw = text.encode("utf-8")
+    chars = lambda b, raw=raw: len(raw[:b].decode("utf-8", "ignore"))
+    result[word] = [(chars(a), chars(b)) for a, b in zip(first, last)]
+  return result
+
+
+def _span_by_offsets(example, word_to_piece, piece_chars):
+  """The answer's first and last piece by character offsets, as Hugging
+  Face's run_qa finds them (for tokenizers whose pieces run across
+  punctuation): the start is the last piece starting at or before the
+  answer's first character (so a lone word-start mark is passed over), the
+  end the piece after the last one ending before the answer's end."""
+  first = piece_chars[example.doc_tokens[example.start_word]]
+  last = piece_chars[example.doc_tokens[example.end_word]]
+  start = max((i for i, (a, _) in enumerate(first) if a <= example.start_char),
+              default=0)
+  end = min(1 + max((i for i, (_, b) in enumerate(last)
+                     if b < example.end_char), default=-1), len(last) - 1)
+  return (word_to_piece[example.start_word] + start,
+          word_to_piece[example.end_word] + end)
+
+
 def _context_pieces(doc_tokens, word_pieces):
   piece_to_word, word_to_piece, doc_pieces = [], [], []
   for w, word in enumerate(doc_tokens):
@@ -223,13 +262,21 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
   """Examples -> windowed features (training: with start/end positions).
 
   doc_stride is google-research's: the step between window starts (Hugging
-  Face's `stride` is the overlap instead).
+  Face's `stride` is the overlap instead). Windows follow the tokenizer's
+  pair layout (`[CLS] q [SEP] d [SEP]`, XLM-RoBERTa's `<s> q </s></s> d
+  </s>` without token types); each whitespace word is tokenized alone, as
+  the SentencePiece families' fast tokenizers split a context too.
   """
+  from bertexp.data import tokenization
   words = sorted({w for e in examples for w in e.doc_tokens})
   word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}
   questions = tokenizer.tokenize([e.question for e in examples])
   answers = (tokenizer.tokenize([e.answer_text for e in examples])
              if is_training else None)
+  by_offsets = is_training and not tokenizer.splits_punctuation
+  piece_chars = _piece_chars(tokenizer, sorted({
+      e.doc_tokens[w] for e in examples if not e.is_impossible
+      for w in (e.start_word, e.end_word)})) if by_offsets else {}
   contexts, layouts = {}, {}   # per paragraph (questions share doc_tokens)
   features, unique_id = [], first_unique_id
   for index, example in enumerate(examples):
@@ -239,14 +286,18 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       contexts[key] = _context_pieces(example.doc_tokens, word_pieces)
     piece_to_word, word_to_piece, doc_pieces = contexts[key]
     start_piece = end_piece = None
-    if is_training and not example.is_impossible:
+    if by_offsets and not example.is_impossible:
+      start_piece, end_piece = _span_by_offsets(example, word_to_piece,
+                                                piece_chars)
+    elif is_training and not example.is_impossible:
       start_piece = word_to_piece[example.start_word]
       end_piece = (word_to_piece[example.end_word + 1] - 1
                    if example.end_word + 1 < len(example.doc_tokens)
                    else len(doc_pieces) - 1)
       start_piece, end_piece = _improve_span(
           doc_pieces, start_piece, end_piece, [int(i) for i in answers[index]])
-    max_tokens = max_seq_length - len(query) - 3
+    max_tokens = (max_seq_length - len(query) -
+                  tokenization.special_count(tokenizer, True))
     if max_tokens < 1:
       raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
                        f"the context after a {len(query)}-piece question")
@@ -254,8 +305,9 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       windows = doc_windows(len(doc_pieces), max_tokens, doc_stride)
       layouts[(key, max_tokens)] = (windows, best_windows(windows, len(doc_pieces)))
     windows, best = layouts[(key, max_tokens)]
-    prefix = [tokenizer.cls_id] + query + [tokenizer.sep_id]
-    offset = len(prefix)
+    prefix = ([tokenizer.cls_id] + query +
+              [tokenizer.sep_id] * tokenizer.pair_separators)
+    offset, context_type = len(prefix), int(tokenizer.segment_ids)
     for window_index, (start, length) in enumerate(windows):
       ids = prefix + doc_pieces[start:start + length] + [tokenizer.sep_id]
       positions = range(offset, offset + length)
@@ -266,7 +318,8 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       feature = SquadFeature(
           unique_id, index, window_index, ids + [tokenizer.pad_id] * padding,
           [1] * len(ids) + [0] * padding,
-          [0] * offset + [1] * (length + 1) + [0] * padding, token_to_word,
+          [0] * offset + [context_type] * (length + 1) + [0] * padding,
+          token_to_word,
           max_context)
       if start_piece is not None and start <= start_piece and \
           end_piece <= start + length - 1:
@@ -306,14 +359,18 @@ def write_features(features, path, is_training):
 
 def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative,
                   max_seq_length=384, doc_stride=128, max_query_length=64,
-                  do_lower_case=True, is_training=True):
-  """`bertexp prepare squad`: squad_{version}_{split}.tf_record + meta data."""
+                  do_lower_case=True, is_training=True, tokenizer_family=None,
+                  keep_accents=False):
+  """`bertexp prepare squad`: squad_{version}_{split}.tf_record + meta data
+  (tokenizer_family, keep_accents: a SentencePiece tokenizer's, see
+  tokenization.load)."""
   from bertexp.data import tokenization
   version = "v2.0" if version_2_with_negative else "v1.1"
   split = "train" if is_training else "eval"
   examples, stats = read_examples(squad_file, is_training=is_training,
                                   version_2_with_negative=version_2_with_negative)
-  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+                               keep_accents)
   features = convert_examples(examples, tokenizer, max_seq_length=max_seq_length,
                               doc_stride=doc_stride,
                               max_query_length=max_query_length,
@@ -331,6 +388,7 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
       "max_query_length": max_query_length, "do_lower_case": do_lower_case,
       "vocab_sha256": fileio.sha256(vocab_file),
       "vocab_size": len(tokenizer.vocab), "source_file": squad_file,
+      **tokenization.meta_fields(tokenizer_family, keep_accents),
   }
   fileio.write_json(fileio.join(output_dir, f"squad_{version}_{split}_meta_data"),
                     meta)

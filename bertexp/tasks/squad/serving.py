@@ -2,8 +2,9 @@
 `serve_text` signature of question-answering exports.
 
 The same reading as `bertexp prepare squad` and --mode=predict for a context
-that fits one window: whitespace words, WordPiece per word, [CLS] question
-[SEP] context [SEP]; the best span among the n_best start x n_best end
+that fits one window: whitespace words, the tokenizer's pieces per word
+(WordPiece or SentencePiece), [CLS] question [SEP] context [SEP] (or the
+family's pair layout); the best span among the n_best start x n_best end
 positions (both in the context, start <= end, at most max_answer_length
 pieces); its text cut from the original words by the pieces' offsets, as
 google-research/bert's get_final_text recovers it. A longer context is cut
@@ -57,13 +58,14 @@ def answer(tokenizer, model, spec, question, context):
   words = tf_text.regex_split(context, _WHITESPACE)                  # [B, (W)]
   flat_words = words.flat_values                                     # [Nw]
   normalized = tokenizer.normalize(flat_words)
-  pieces, piece_start, piece_end = tokenizer.wordpiece.tokenize_with_offsets(
+  pieces, piece_start, piece_end = tokenizer.tokenize_with_offsets_tf(
       normalized)                                                    # [Nw, (P)]
   context_ids = tf.RaggedTensor.from_row_splits(
       pieces.values, tf.gather(pieces.row_splits, words.row_splits))  # [B, (T)]
   piece_word = tf.repeat(tf.range(tf.shape(flat_words, out_type=tf.int64)[0]),
                          pieces.row_lengths())                       # [Tflat]
-  room = max_seq - 3 - question_ids.row_lengths()                    # [B]
+  room = (max_seq - tokenization.special_count(tokenizer, True) -
+          question_ids.row_lengths())                                # [B]
   kept = tf.minimum(context_ids.row_lengths(), room)
   truncated = context_ids.row_lengths() > room
   inputs = tokenization.pack_ids_tf(
@@ -71,7 +73,8 @@ def answer(tokenizer, model, spec, question, context):
           context_ids.row_lengths()) < kept[:, None]), max_seq)
   logits = tf.cast(model(inputs, training=False), tf.float32)        # [B, S, 2]
   start_logits, end_logits = logits[:, :, 0], logits[:, :, 1]
-  first = tf.cast(question_ids.row_lengths() + 2, tf.int32)          # [B]
+  first = tf.cast(question_ids.row_lengths() + 1 + tokenizer.pair_separators,
+                  tf.int32)                                          # [B]
   last = first + tf.cast(kept, tf.int32) - 1
   start, end, score, found = _best_spans(
       start_logits, end_logits, first, last, spec["n_best_size"],
@@ -116,8 +119,9 @@ def answer(tokenizer, model, spec, question, context):
 class SpanServing(tf.Module):
   """The `serve_text` signature of a question-answering export.
 
-  Tracks the model and the WordPiece tokenizer, so an export that holds
-  this module saves the vocabulary table with the weights.
+  Tracks the model and the tokenizer, so an export that holds this module
+  saves the vocabulary table (WordPiece) or model (SentencePiece) with the
+  weights.
   """
 
   def __init__(self, model, spec):
@@ -125,14 +129,16 @@ class SpanServing(tf.Module):
       model: the span model (token ids -> [B, S, 2] logits).
       spec: vocab_file, do_lower_case, max_seq_length, max_query_length,
         n_best_size, max_answer_length, version_2_with_negative,
-        null_score_diff_threshold.
+        null_score_diff_threshold (and a SentencePiece tokenizer's
+        tokenizer_family and keep_accents, see tokenization.load).
     """
     super().__init__()
     serving_weights.attach_model(self, model)
     self.spec = dict(spec)
-    self._tokenizer = tokenization.Tokenizer(spec["vocab_file"],
-                                             spec["do_lower_case"])
-    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+    self._tokenizer = tokenization.load(
+        spec["vocab_file"], spec["do_lower_case"],
+        spec.get("tokenizer_family"), spec.get("keep_accents", False))
+    self.tokenizer = self._tokenizer.module           # tracked: saved with us
 
   def signature(self):
     """(question [B] string, context [B] string) -> answer, score,

@@ -111,13 +111,12 @@ class QuestionAnsweringTask(base.RecordTask):
       examples, _ = squad_data.read_examples(
           self.predict_file, is_training=False,
           version_2_with_negative=self.version_2_with_negative)
-      tokenizer = tokenization.Tokenizer(
-          self.vocab_file, self.meta.get("do_lower_case", True))
+      tokenizer = tokenization.from_meta(self.meta, self.vocab_file)
       features = squad_data.convert_examples(
           examples, tokenizer, max_seq_length=self.meta["max_seq_length"],
           doc_stride=self.meta["doc_stride"],
           max_query_length=self.meta["max_query_length"], is_training=False)
-      self._eval = (examples, features, tokenizer.vocab)
+      self._eval = (examples, features, tokenizer)
       logging.info("%s: %d questions -> %d windows", self.predict_file,
                    len(examples), len(features))
     return self._eval
@@ -190,6 +189,8 @@ class QuestionAnsweringTask(base.RecordTask):
     return squad_serving.SpanServing(model, {
         "vocab_file": self.vocab_file,
         "do_lower_case": self.meta.get("do_lower_case", True),
+        "tokenizer_family": self.meta.get("tokenizer_family"),
+        "keep_accents": self.meta.get("keep_accents", False),
         "max_seq_length": self.meta["max_seq_length"],
         "max_query_length": self.meta["max_query_length"],
         "n_best_size": self.n_best_size,
@@ -211,13 +212,13 @@ class QuestionAnsweringTask(base.RecordTask):
             "weights": features["example_weight"]}
 
   def _answers(self, gathered):
-    examples, features, vocab = self._eval_data()
+    examples, features, tokenizer = self._eval_data()
     real = gathered["weights"] > 0
     logits = {int(u): (s, e) for u, s, e in zip(
         gathered["unique_id"][real], gathered["start_logits"][real],
         gathered["end_logits"][real])}
     return squad_answers.predict_answers(
-        examples, features, logits, vocab, n_best_size=self.n_best_size,
+        examples, features, logits, tokenizer, n_best_size=self.n_best_size,
         max_answer_length=self.max_answer_length,
         do_lower_case=self.meta.get("do_lower_case", True),
         version_2_with_negative=self.version_2_with_negative,

@@ -50,7 +50,7 @@ class SentenceEncoder:
     self.seq = max_seq_length
     self.width = max_seq_length - 2
     self.stride = doc_stride
-    self.unknown = tokenizer.token_to_id.get("[UNK]", 1)
+    self.unknown = tokenizer.unk_id
     self.windows_split = 0
 
   def word_pieces(self, sentences):
@@ -191,14 +191,17 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
                     scheme="BIO", input_scheme=None, labels=None,
                     max_seq_length=128, doc_stride=None, do_lower_case=True,
                     max_position_embeddings=None, token_column=0,
-                    tag_column=-1):
+                    tag_column=-1, tokenizer_family=None, keep_accents=False):
   """`bertexp prepare tagging`: tagged files -> TFRecords + `{task}_meta_data`.
 
   Args:
     task_name: the prefix of the output files.
     files: [(split, path)], "train" first (then e.g. "eval", "test").
     file_format: one of tagging_formats.FORMATS.
-    vocab_file, do_lower_case: the WordPiece vocabulary.
+    vocab_file, do_lower_case: the WordPiece vocabulary (or a
+      SentencePiece model, with tokenizer_family and keep_accents: see
+      tokenization.load). Each word is tokenized alone, as the fast
+      tokenizers read words (is_split_into_words).
     output_dir: where the records and the meta data go.
     scheme: the scheme the task trains in: BIO, BIOES, or NONE (plain tags
       such as POS: no entities, token accuracy only).
@@ -239,7 +242,8 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
     tags = {name: [None if found is None else tag_schemes.write_tags(
         found, len(s.tokens), scheme) for s, found in zip(sentences, spans[name])]
         for name, sentences in splits}
-  tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+                               keep_accents)
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,
                             doc_stride)
   fileio.makedirs(output_dir)
@@ -267,6 +271,7 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
         "do_lower_case": do_lower_case, "vocab_file": vocab_file,
         "vocab_sha256": fileio.sha256(vocab_file),
         "vocab_size": len(tokenizer.vocab),
+        **tokenization.meta_fields(tokenizer_family, keep_accents),
     }
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   except BaseException:

@@ -4,8 +4,8 @@ gets entities without any Python of ours).
 
 Words are split as BERT's basic tokenizer splits them (whitespace, each
 punctuation mark, each CJK character), on the original text so their
-offsets point into it; each word is normalised and cut into WordPiece pieces
-as `bertexp prepare` did, and its tag is the model's at its first piece. A
+offsets point into it; each word is normalised and cut into pieces
+(WordPiece, or the family's SentencePiece) as `bertexp prepare` did, and its tag is the model's at its first piece. A
 text longer than one window is cut into the windows `bertexp prepare
 tagging` cuts (doc_stride apart), and each word takes its tag from the
 window where it has the most context, as evaluation does.
@@ -50,18 +50,22 @@ class TaggingServing(tf.Module):
   """text [B] -> tagged words and entities (see the module docstring)."""
 
   def __init__(self, model, *, vocab_file, do_lower_case, max_seq_length,
-               doc_stride, label_names, scheme):
+               doc_stride, label_names, scheme, tokenizer_family=None,
+               keep_accents=False):
     """Args:
       model: token ids -> logits [B, S, L].
       vocab_file, do_lower_case, max_seq_length, doc_stride: as `bertexp
         prepare tagging` used (long texts are cut into the same windows).
       label_names: tag names in label-id order.
       scheme: BIO, BIOES or NONE (no entities).
+      tokenizer_family, keep_accents: a SentencePiece tokenizer's, as the
+        meta data records them (see tokenization.load).
     """
     super().__init__()
     serving_weights.attach_model(self, model)
-    self._tokenizer = tokenization.Tokenizer(vocab_file, do_lower_case)
-    self.wordpiece = self._tokenizer.wordpiece        # tracked: saved with us
+    self._tokenizer = tokenization.load(vocab_file, do_lower_case,
+                                        tokenizer_family, keep_accents)
+    self.tokenizer = self._tokenizer.module           # tracked: saved with us
     self._max_seq_length = max_seq_length
     self._doc_stride = doc_stride
     self._label_names = tf.constant(label_names)
@@ -78,7 +82,7 @@ class TaggingServing(tf.Module):
     pieces = self._tokenizer.tokenize_tf(words.flat_values)         # [N, (P)]
     # A word of no piece (control characters only) reads as [UNK].
     unknown = tf.fill([pieces.nrows(), 1], tf.constant(
-        self._tokenizer.token_to_id["[UNK]"], tf.int64))
+        self._tokenizer.unk_id, tf.int64))
     with_unknown = tf.concat([pieces, unknown], axis=1)
     keep = tf.maximum(pieces.row_lengths(), 1)
     pieces = tf.ragged.boolean_mask(

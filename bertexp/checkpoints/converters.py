@@ -165,8 +165,8 @@ def write_checkpoint_folder(encoder, vocab_file, output_dir,
 
 def huggingface_tokenizer_files(input_dir, config):
   """(vocab.txt or None, [other tokenizer files]) of a Hugging Face folder:
-  WordPiece's vocab.txt, or the family's SentencePiece model (with
-  tokenizer_config.json when present).
+  WordPiece's vocab.txt, or the family's SentencePiece model or byte-level
+  BPE files (with tokenizer_config.json when present).
 
   Raises:
     ValueError: no tokenizer file bertexp reads, or a SentencePiece
@@ -179,16 +179,21 @@ def huggingface_tokenizer_files(input_dir, config):
   names = [family.model_file for family in sentencepiece.FAMILIES.values()]
   found = [fileio.join(input_dir, n) for n in names
            if tf.io.gfile.exists(fileio.join(input_dir, n))]
+  bpe = [fileio.join(input_dir, n) for n in tokenization.BYTE_BPE_FILES]
+  if not found and all(tf.io.gfile.exists(p) for p in bpe):
+    found = bpe
   if not found:
     raise ValueError(f"{input_dir}: no tokenizer file bertexp reads "
-                     f"(vocab.txt or one of {names})")
+                     f"(vocab.txt, one of {names}, or "
+                     f"{' + '.join(tokenization.BYTE_BPE_FILES)})")
   settings = tokenization.folder_settings(input_dir)
   size = len(tokenization.load(**settings).vocab)
   if size > config.vocab_size:
     raise ValueError(f"{found[0]}: {size} tokens, but config.json's "
                      f"vocab_size is {config.vocab_size}")
   extra = fileio.join(input_dir, "tokenizer_config.json")
-  return None, found[:1] + ([extra] if tf.io.gfile.exists(extra) else [])
+  return None, found[:len(bpe) if found == bpe else 1] + (
+      [extra] if tf.io.gfile.exists(extra) else [])
 
 
 def _convert(tensors, config, vocab_file, output_dir, tolerance, source,

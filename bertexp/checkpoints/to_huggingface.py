@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.checkpoints import run_dir
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.util import fileio
 
@@ -199,7 +200,8 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
   meta = (fileio.read_json(meta_path)
           if meta_path and tf.io.gfile.exists(meta_path) else None)
   names = ["vocab.txt"] + [f.model_file
-                          for f in sentencepiece.FAMILIES.values()]
+                          for f in sentencepiece.FAMILIES.values()] + [
+                              tokenization.BYTE_BPE_FILES[0]]
   candidates = [vocab_file, meta and meta.get("vocab_file")] + [
       fileio.join(folder, name) for folder in (
           bert_config_file.rsplit("/", 1)[0], beside) for name in names]
@@ -271,8 +273,19 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
 def _write_tokenizer(folder, vocab, spm_family, do_lower_case):
   """WordPiece: vocab.txt, tokenizer_config.json, special_tokens_map.json.
   SentencePiece: the model file, and tokenizer_config.json (the one beside
-  it, else the family's tokenizer class and casing)."""
+  it, else the family's tokenizer class and casing). Byte-level BPE:
+  vocab.json, merges.txt and tokenizer_config.json."""
   from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  beside = fileio.join(vocab.rsplit("/", 1)[0], "tokenizer_config.json")
+  if vocab.endswith(tokenization.BYTE_BPE_FILES[0]):
+    for name in tokenization.BYTE_BPE_FILES:
+      tf.io.gfile.copy(fileio.join(vocab.rsplit("/", 1)[0], name),
+                       fileio.join(folder, name), overwrite=True)
+    settings = (fileio.read_json(beside) if tf.io.gfile.exists(beside)
+                else {"tokenizer_class": "RobertaTokenizer"})
+    fileio.write_text(fileio.join(folder, "tokenizer_config.json"),
+                      json.dumps(settings, indent=2) + "\n")
+    return
   if spm_family is None:
     tf.io.gfile.copy(vocab, fileio.join(folder, "vocab.txt"), overwrite=True)
     for name, content in _tokenizer_files(do_lower_case).items():
@@ -281,7 +294,6 @@ def _write_tokenizer(folder, vocab, spm_family, do_lower_case):
     return
   spec = sentencepiece.FAMILIES[spm_family]
   tf.io.gfile.copy(vocab, fileio.join(folder, spec.model_file), overwrite=True)
-  beside = fileio.join(vocab.rsplit("/", 1)[0], "tokenizer_config.json")
   settings = (fileio.read_json(beside) if tf.io.gfile.exists(beside) else
               {"do_lower_case": do_lower_case})
   settings.setdefault("tokenizer_class", spec.hf_tokenizer_class)

@@ -135,6 +135,7 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
     self.segment_ids = self.spec.segment_ids
     self.truncation = "huggingface"        # pairs cut as the fast tokenizer
     self.splits_punctuation = False        # pieces run across punctuation
+    self.tokenizes_words_alone = True      # each word starts with "\u2581"
 
   def _vocab(self, pieces):
     """The family's tokens in id order."""

@@ -105,6 +105,7 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
     self.segment_ids = True
     self.truncation = "google"
     self.splits_punctuation = True         # punctuation marks are words
+    self.tokenizes_words_alone = True      # a word's pieces need no context
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.
@@ -276,6 +277,8 @@ def _folder_model_type(folder):
     for name, family in sentencepiece.FAMILIES.items():
       if tf.io.gfile.exists(fileio.join(folder, family.model_file)):
         return name
+    if tf.io.gfile.exists(fileio.join(folder, BYTE_BPE_FILES[0])):
+      return "roberta"
     return "bert"
   raise ValueError(f"--tokenizer={folder}: no config.json (its model_type "
                    "names the tokenizer) or bert_config.json")
@@ -283,9 +286,8 @@ def _folder_model_type(folder):
 
 # model_type (config.json) -> the tokenizer its Hugging Face folders carry.
 WORDPIECE_TYPES = ("bert", "electra", "mobilebert", "distilbert")
-_NOT_YET = {
-    "roberta": "byte-level BPE (vocab.json + merges.txt)",
-}
+BYTE_BPE_TYPES = ("roberta",)
+BYTE_BPE_FILES = ("vocab.json", "merges.txt")
 # tokenizer_config.json options bertexp's tokenizers do not implement.
 _REFUSED_OPTIONS = ("split_by_punct",)
 
@@ -298,17 +300,36 @@ def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
     do_lower_case: as prepared.
     family: None or a WordPiece model_type for WordPiece; a
       sentencepiece.FAMILIES key ("xlm-roberta", "albert", "deberta-v2")
-      for that SentencePiece layout.
+      for that SentencePiece layout; "roberta" for byte-level BPE
+      (vocab_file: its vocab.json, merges.txt beside it).
     keep_accents: ALBERT's tokenizer option.
   Returns:
     A tokenizer with tokenize / tokenize_tf and the family's pair layout.
   """
   if family is None or family in WORDPIECE_TYPES:
     return Tokenizer(vocab_file, do_lower_case)
+  if family in BYTE_BPE_TYPES:
+    from bertexp.data import byte_bpe  # pylint: disable=g-import-not-at-top
+    return byte_bpe.ByteBpeTokenizer(vocab_file)
   from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   return sentencepiece.SentencePieceTokenizer(
       vocab_file, family, do_lower_case=do_lower_case,
       keep_accents=keep_accents)
+
+
+def check_words_alone(tokenizer, command):
+  """For commands that tokenize each word alone (SQuAD contexts, tagged
+  words).
+
+  Raises:
+    ValueError: the tokenizer's pieces of a word depend on the text before
+      it (byte-level BPE), naming its file and the command.
+  """
+  if not tokenizer.tokenizes_words_alone:
+    raise ValueError(
+        f"{tokenizer.vocab_file}: {command} tokenizes each word alone, and "
+        "byte-level BPE (RoBERTa) reads a word with the space before it; "
+        f"{command} does not pack it yet")
 
 
 def meta_fields(tokenizer_family, keep_accents):
@@ -340,12 +361,13 @@ def folder_settings(folder):
   """
   from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   family = _folder_model_type(folder)
-  if family in _NOT_YET:
-    raise ValueError(f"--tokenizer={folder}: model_type {family!r} uses "
-                     f"{_NOT_YET[family]}, which bertexp prepare does not "
-                     "read yet")
   if family in WORDPIECE_TYPES:
     file_name, defaults = "vocab.txt", {"do_lower_case": True}
+  elif family in BYTE_BPE_TYPES:
+    file_name, defaults = BYTE_BPE_FILES[0], {"do_lower_case": False}
+    if not tf.io.gfile.exists(fileio.join(folder, BYTE_BPE_FILES[1])):
+      raise ValueError(f"--tokenizer={folder}: no {BYTE_BPE_FILES[1]} (the "
+                       f"{family} tokenizer's merges)")
   elif family in sentencepiece.FAMILIES:
     file_name = sentencepiece.FAMILIES[family].model_file
     defaults = ({"do_lower_case": True, "keep_accents": False}
@@ -354,7 +376,7 @@ def folder_settings(folder):
   else:
     raise ValueError(
         f"--tokenizer={folder}: unknown model_type {family!r} in config.json; "
-        f"expected one of {sorted(WORDPIECE_TYPES + tuple(sentencepiece.FAMILIES))}")
+        f"expected one of {sorted(WORDPIECE_TYPES + BYTE_BPE_TYPES + tuple(sentencepiece.FAMILIES))}")
   vocab_file = fileio.join(folder, file_name)
   if not tf.io.gfile.exists(vocab_file):
     raise ValueError(f"--tokenizer={folder}: no {file_name} (the {family} "

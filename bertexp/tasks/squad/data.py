@@ -371,6 +371,7 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
                                   version_2_with_negative=version_2_with_negative)
   tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
+  tokenization.check_words_alone(tokenizer, "prepare squad")
   features = convert_examples(examples, tokenizer, max_seq_length=max_seq_length,
                               doc_stride=doc_stride,
                               max_query_length=max_query_length,

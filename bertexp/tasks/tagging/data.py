@@ -244,6 +244,7 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
         for name, sentences in splits}
   tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
+  tokenization.check_words_alone(tokenizer, "prepare tagging")
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,
                             doc_stride)
   fileio.makedirs(output_dir)

@@ -124,7 +124,8 @@ def test_longest_first_rules_of_google_research_and_hugging_face(
 
 
 @pytest.mark.parametrize("config,files,message", [
-    ({"model_type": "roberta"}, {}, "byte-level BPE"),
+    ({"model_type": "roberta"}, {"vocab.json": b"{}"}, "no merges.txt"),
+    ({"model_type": "roberta"}, {"merges.txt": b"a b"}, "no vocab.json"),
     ({"model_type": "gpt2"}, {}, "unknown model_type 'gpt2'"),
     ({"model_type": "albert"}, {}, "no spiece.model"),
     (None, {}, "no config.json"),

@@ -121,14 +121,21 @@ def encodings(tokenizer, texts=TEXTS):
           "pair": encode([a for a, _ in PAIRS], [b for _, b in PAIRS])}
 
 
-def task_encodings(tokenizer):
-  """{"words": [{"input_ids", "word_ids"}], "qa": [{"input_ids",
-  "token_type_ids", "offsets"}]}: tagging's and SQuAD's readings."""
+def word_encodings(tokenizer):
+  """[{"input_ids", "word_ids"}] of WORD_SENTENCES: run_ner's reading
+  (byte-level BPE: with add_prefix_space, as run_ner loads RoBERTa)."""
   words = []
   for sentence in WORD_SENTENCES:
     out = tokenizer(sentence, is_split_into_words=True)
     words.append({"input_ids": list(out["input_ids"]),
                   "word_ids": out.word_ids()})
+  return words
+
+
+def task_encodings(tokenizer):
+  """{"words": [{"input_ids", "word_ids"}], "qa": [{"input_ids",
+  "token_type_ids", "offsets"}]}: tagging's and SQuAD's readings."""
+  words = word_encodings(tokenizer)
   qa = []
   for question, context, _, _ in QA:
     out = tokenizer(question, context, return_offsets_mapping=True,
@@ -192,7 +199,11 @@ def write_roberta(out_dir, corpus):
     held_out += [l for l in lines if l.strip()]
   with open(os.path.join(folder, "ids.json"), "w", encoding="utf-8") as f:
     json.dump({"seq": SEQ, "texts": TEXTS + BPE_TEXTS, "pairs": PAIRS,
-               "held_out": held_out,
+               "held_out": held_out, "word_sentences": WORD_SENTENCES,
+               "task_ids": {"words": word_encodings(transformers.AutoTokenizer
+                                                    .from_pretrained(
+                                                        folder,
+                                                        add_prefix_space=True))},
                "held_out_ids": [tokenizer(t)["input_ids"] for t in held_out],
                "ids": encodings(tokenizer, TEXTS + BPE_TEXTS),
                "made_by": {"transformers": transformers.__version__,

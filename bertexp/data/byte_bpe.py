@@ -184,9 +184,11 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
     self.segment_ids = False
     self.truncation = "huggingface"
     self.splits_punctuation = False
-    # A word's pieces depend on the space before it (prepare squad and
-    # tagging tokenize words alone).
+    # A word's pieces depend on the space before it: a context's words are
+    # not tokenized alone (prepare squad); a tagged word is read with a
+    # space before it, as run_ner reads it (add_prefix_space).
     self.tokenizes_words_alone = False
+    self.word_prefix = " "
     self.module = _Tables(self.vocab, read_merges(self.merges_file),
                           self.unk_id)
 

@@ -136,6 +136,7 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
     self.truncation = "huggingface"        # pairs cut as the fast tokenizer
     self.splits_punctuation = False        # pieces run across punctuation
     self.tokenizes_words_alone = True      # each word starts with "\u2581"
+    self.word_prefix = ""                  # what a word alone is read with
 
   def _vocab(self, pieces):
     """The family's tokens in id order."""

@@ -106,6 +106,7 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
     self.truncation = "google"
     self.splits_punctuation = True         # punctuation marks are words
     self.tokenizes_words_alone = True      # a word's pieces need no context
+    self.word_prefix = ""                  # what a word alone is read with
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.

@@ -56,7 +56,8 @@ class SentenceEncoder:
   def word_pieces(self, sentences):
     """Per sentence, per word, its piece ids (a word of no piece -> [UNK])."""
     flat = [t for s in sentences for t in s.tokens]
-    pieces = self.tokenizer.tokenize(flat) if flat else []
+    prefix = self.tokenizer.word_prefix
+    pieces = self.tokenizer.tokenize([prefix + w for w in flat]) if flat else []
     result, k = [], 0
     for sentence in sentences:
       words = []
@@ -201,7 +202,8 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
     vocab_file, do_lower_case: the WordPiece vocabulary (or a
       SentencePiece model, with tokenizer_family and keep_accents: see
       tokenization.load). Each word is tokenized alone, as the fast
-      tokenizers read words (is_split_into_words).
+      tokenizers read words (is_split_into_words; byte-level BPE with a
+      space before it, run_ner's add_prefix_space).
     output_dir: where the records and the meta data go.
     scheme: the scheme the task trains in: BIO, BIOES, or NONE (plain tags
       such as POS: no entities, token accuracy only).
@@ -244,7 +246,6 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
         for name, sentences in splits}
   tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
-  tokenization.check_words_alone(tokenizer, "prepare tagging")
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,
                             doc_stride)
   fileio.makedirs(output_dir)

@@ -79,7 +79,8 @@ class TaggingServing(tf.Module):
     """Words [B, (W)] with byte offsets, and their pieces [B, (W), (P)]."""
     words, starts, ends = tf_text.regex_split_with_offsets(
         texts, _SPLIT, _KEEP)                                        # [B, (W)]
-    pieces = self._tokenizer.tokenize_tf(words.flat_values)         # [N, (P)]
+    pieces = self._tokenizer.tokenize_tf(tf.strings.join(
+        [self._tokenizer.word_prefix, words.flat_values]))          # [N, (P)]
     # A word of no piece (control characters only) reads as [UNK].
     unknown = tf.fill([pieces.nrows(), 1], tf.constant(
         self._tokenizer.unk_id, tf.int64))

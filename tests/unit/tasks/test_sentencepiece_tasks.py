@@ -1,5 +1,6 @@
 """SQuAD and tagging windows with the SentencePiece families' tokenizers
-(XLM-RoBERTa, ALBERT, DeBERTa-v3) against the Hugging Face fast tokenizer's
+(XLM-RoBERTa, ALBERT, DeBERTa-v3; tagging also RoBERTa's byte-level BPE)
+against the Hugging Face fast tokenizer's
 own reading (tests/golden/tokenizers/<family>/ids.json, "task_ids", made by
 tools/make_tokenizer_fixtures.py): run_ner's words (is_split_into_words) and
 run_qa's question + whole context with offsets. Checked: ids, token types,
@@ -17,10 +18,14 @@ from bertexp.tasks.squad import data as squad_data
 from bertexp.tasks.squad import serving as squad_serving
 from bertexp.tasks.tagging import data as tagging_data
 from bertexp.tasks.tagging import formats as tagging_formats
+from bertexp.tasks.tagging import serving as tagging_serving
 from conftest import REPO
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "tokenizers")
 FAMILIES = ("xlm-roberta", "albert", "deberta-v2")
+# Tagged words: the SentencePiece families and RoBERTa's byte-level BPE (a
+# word read with a space before it, run_ner's add_prefix_space).
+TAGGING_FAMILIES = FAMILIES + ("roberta",)
 SEQ = 64
 SPAN_SPEC = {"max_seq_length": SEQ, "max_query_length": 32, "n_best_size": 20,
              "max_answer_length": 30, "version_2_with_negative": False,
@@ -34,7 +39,7 @@ def _golden(family):
   return tokenization.load(**tokenization.folder_settings(folder)), golden
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TAGGING_FAMILIES)
 def test_tagging_windows_hold_the_fast_tokenizers_pieces_of_each_word(family):
   tokenizer, golden = _golden(family)
   encoder = tagging_data.SentenceEncoder(tokenizer, ["O"], "NONE", SEQ, 31)
@@ -53,6 +58,28 @@ def test_tagging_windows_hold_the_fast_tokenizers_pieces_of_each_word(family):
     assert labelled == first_pieces
     assert [window["word_index"][i] - 1 for i in labelled] == list(
         range(len(sentence.tokens)))
+
+
+@pytest.mark.parametrize("family", TAGGING_FAMILIES)
+def test_tagging_serve_text_cuts_words_into_prepare_s_pieces(family):
+  """serve_text's words (split at spaces and punctuation) get the pieces
+  prepare gave the same words."""
+  tokenizer, golden = _golden(family)
+  sentences = golden["word_sentences"][:2]       # words as serving splits them
+  encoder = tagging_data.SentenceEncoder(tokenizer, ["O"], "NONE", SEQ, 31)
+  prepared = encoder.word_pieces([tagging_formats.Sentence(
+      words, None, [1] * len(words), "x") for words in sentences])
+  serving = tagging_serving.TaggingServing(
+      None, vocab_file=tokenizer.vocab_file,
+      do_lower_case=tokenizer.do_lower_case, max_seq_length=SEQ,
+      doc_stride=31, label_names=["O"], scheme="NONE",
+      tokenizer_family=family,
+      keep_accents=getattr(tokenizer, "keep_accents", False))
+  words, _, _, pieces = serving._word_pieces(  # pylint: disable=protected-access
+      tf.constant([" ".join(words) for words in sentences]))
+  assert [[w.decode() for w in row] for row in words.to_list()] == sentences
+  assert pieces.to_list() == [[ids.tolist() for ids in row]
+                              for row in prepared]
 
 
 def _run_qa_span(want, answer_start, answer_end):

@@ -72,6 +72,7 @@ QA = [
     ("Where did they go?", "我们今天去 北京 看电影，非常好看。", "北京", 6),
     ("When did he live?", "Nikola Tesla (1856-1943) was an inventor; "
      "naïve façade — déjà vu.", "1856-1943", 14),
+    ("Which spaces?", "It is  a\ntest  of\n\nspaces here.", "spaces", 19),
 ]
 # model_type: (the tokenizer class transformers names in the folder, the
 # SentencePiece file name that family's Hugging Face folders use, the
@@ -132,10 +133,9 @@ def word_encodings(tokenizer):
   return words
 
 
-def task_encodings(tokenizer):
-  """{"words": [{"input_ids", "word_ids"}], "qa": [{"input_ids",
-  "token_type_ids", "offsets"}]}: tagging's and SQuAD's readings."""
-  words = word_encodings(tokenizer)
+def qa_encodings(tokenizer):
+  """[{"input_ids", "token_type_ids", "offsets"}] of QA: run_qa's
+  tokenizer(question, context) on the whole context."""
   qa = []
   for question, context, _, _ in QA:
     out = tokenizer(question, context, return_offsets_mapping=True,
@@ -143,7 +143,13 @@ def task_encodings(tokenizer):
     qa.append({"input_ids": list(out["input_ids"]),
                "token_type_ids": list(out["token_type_ids"]),
                "offsets": [list(o) for o in out["offset_mapping"]]})
-  return {"words": words, "qa": qa}
+  return qa
+
+
+def task_encodings(tokenizer):
+  """{"words": word_encodings, "qa": qa_encodings}: tagging's and SQuAD's
+  readings."""
+  return {"words": word_encodings(tokenizer), "qa": qa_encodings(tokenizer)}
 
 
 def add_task_encodings(folder):
@@ -200,10 +206,12 @@ def write_roberta(out_dir, corpus):
   with open(os.path.join(folder, "ids.json"), "w", encoding="utf-8") as f:
     json.dump({"seq": SEQ, "texts": TEXTS + BPE_TEXTS, "pairs": PAIRS,
                "held_out": held_out, "word_sentences": WORD_SENTENCES,
+               "qa": QA,
                "task_ids": {"words": word_encodings(transformers.AutoTokenizer
                                                     .from_pretrained(
                                                         folder,
-                                                        add_prefix_space=True))},
+                                                        add_prefix_space=True)),
+                            "qa": qa_encodings(tokenizer)},
                "held_out_ids": [tokenizer(t)["input_ids"] for t in held_out],
                "ids": encodings(tokenizer, TEXTS + BPE_TEXTS),
                "made_by": {"transformers": transformers.__version__,

@@ -153,6 +153,9 @@ def merge_words(symbols, rank):
   return tf.RaggedTensor.from_row_splits(values, splits)
 
 
+_SYMBOL_BYTE = {symbol: b for b, symbol in enumerate(byte_symbols())}
+
+
 class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
   """Text -> RoBERTa's ids, in batches, with TensorFlow ops; the interface
   of tokenization.Tokenizer (tokenize, tokenize_tf, cls_id, sep_id,
@@ -185,8 +188,8 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
     self.truncation = "huggingface"
     self.splits_punctuation = False
     # A word's pieces depend on the space before it: a context's words are
-    # not tokenized alone (prepare squad); a tagged word is read with a
-    # space before it, as run_ner reads it (add_prefix_space).
+    # read with the whitespace before each (prepare squad); a tagged word
+    # with a space before it, as run_ner reads it (add_prefix_space).
     self.tokenizes_words_alone = False
     self.word_prefix = " "
     self.module = _Tables(self.vocab, read_merges(self.merges_file),
@@ -196,14 +199,35 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
     """Byte-level BPE reads text as it is."""
     return texts
 
-  def tokenize_tf(self, texts):
-    """tf.string [B] -> ragged int64 [B, (tokens)]."""
+  def _tokens(self, texts):
+    """tf.string [B] -> BPE tokens (byte symbols), ragged [B, (T)]."""
     words = pre_tokenize(texts)                                   # [B, (N)]
     distinct, index = tf.unique(words.flat_values)                # [U], [N]
     symbols = tf.ragged.map_flat_values(
         self.module.byte_symbol.lookup,
         tf.strings.bytes_split(distinct))                         # [U, (L)]
     tokens = merge_words(symbols, self.module.merge_rank)         # [U, (T)]
-    ids = tokens.with_flat_values(self.module.token_id.lookup(
-        tokens.flat_values))
-    return words.with_flat_values(tf.gather(ids, index)).merge_dims(1, 2)
+    return words.with_flat_values(tf.gather(tokens, index)).merge_dims(1, 2)
+
+  def tokenize_tf(self, texts):
+    """tf.string [B] -> ragged int64 [B, (tokens)]."""
+    return tf.ragged.map_flat_values(self.module.token_id.lookup,
+                                     self._tokens(texts))
+
+  def tokenize_with_offsets_tf(self, normalized):
+    """tf.string [N] -> (ids, start bytes, end bytes), each ragged int64
+    [N, (tokens)]: the tokens cover the text, one symbol per byte."""
+    tokens = self._tokens(normalized)                             # [N, (T)]
+    ends = tf.math.cumsum(tf.strings.length(tokens, unit="UTF8_CHAR"),
+                          axis=1)
+    ends = tf.cast(ends, tf.int64)
+    starts = ends - tf.cast(tf.strings.length(tokens, unit="UTF8_CHAR"),
+                            tf.int64)
+    ids = tf.ragged.map_flat_values(self.module.token_id.lookup, tokens)
+    return ids, starts, ends
+
+  @staticmethod
+  def pieces_text(tokens):
+    """BPE tokens -> their text (byte symbols back to UTF-8), words apart."""
+    raw = bytes(_SYMBOL_BYTE[c] for c in "".join(tokens))
+    return " ".join(raw.decode("utf-8", "replace").split())

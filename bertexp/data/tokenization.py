@@ -318,21 +318,6 @@ def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
       keep_accents=keep_accents)
 
 
-def check_words_alone(tokenizer, command):
-  """For commands that tokenize each word alone (SQuAD contexts, tagged
-  words).
-
-  Raises:
-    ValueError: the tokenizer's pieces of a word depend on the text before
-      it (byte-level BPE), naming its file and the command.
-  """
-  if not tokenizer.tokenizes_words_alone:
-    raise ValueError(
-        f"{tokenizer.vocab_file}: {command} tokenizes each word alone, and "
-        "byte-level BPE (RoBERTa) reads a word with the space before it; "
-        f"{command} does not pack it yet")
-
-
 def meta_fields(tokenizer_family, keep_accents):
   """What a prepare command adds to its meta data for a SentencePiece
   tokenizer (nothing for WordPiece), so that serve_text loads the same."""

@@ -159,13 +159,15 @@ def test_a_sentencepiece_vocabulary_larger_than_the_model_is_refused(
   assert not os.path.exists(f"{tmp_path}/out")
 
 
-def test_prepare_squad_and_tagging_write_the_fast_tokenizers_ids(tmp_path):
+@pytest.mark.parametrize("family", ["xlm-roberta", "roberta"])
+def test_prepare_squad_and_tagging_write_the_fast_tokenizers_ids(tmp_path,
+                                                                 family):
   """`prepare squad` and `prepare tagging` with --tokenizer=FOLDER: records
   in the family's layout with the fast tokenizer's ids (run_qa's question +
   context, run_ner's words), and meta data that names the tokenizer so
   that evaluation and serve_text read text the same way."""
-  golden = json.load(open(os.path.join(TOKENIZER, "ids.json"),
-                          encoding="utf-8"))
+  folder = os.path.join(GOLDEN, "tokenizers", family)
+  golden = json.load(open(os.path.join(folder, "ids.json"), encoding="utf-8"))
   seq = 64
   with open(tmp_path / "squad.json", "w", encoding="utf-8") as f:
     json.dump({"data": [{"paragraphs": [{"context": context, "qas": [{
@@ -178,11 +180,11 @@ def test_prepare_squad_and_tagging_write_the_fast_tokenizers_ids(tmp_path):
                     for words in golden["word_sentences"]))
   assert cli.main([
       "prepare", "squad", f"--squad_file={tmp_path}/squad.json",
-      f"--tokenizer={TOKENIZER}", f"--output_dir={tmp_path}/squad",
+      f"--tokenizer={folder}", f"--output_dir={tmp_path}/squad",
       f"--max_seq_length={seq}"]) == 0
   assert cli.main([
       "prepare", "tagging", "--format=conll", f"--train_file={tmp_path}/ner.txt",
-      "--task_name=ner", f"--tokenizer={TOKENIZER}",
+      "--task_name=ner", f"--tokenizer={folder}",
       f"--output_dir={tmp_path}/ner", f"--max_seq_length={seq}"]) == 0
   for meta_file, record_file, want in (
       ("squad/squad_v1.1_train_meta_data", "squad/squad_v1.1_train.tf_record",
@@ -190,7 +192,7 @@ def test_prepare_squad_and_tagging_write_the_fast_tokenizers_ids(tmp_path):
       ("ner/ner_meta_data", "ner/ner_train.tf_record",
        golden["task_ids"]["words"])):
     meta = json.load(open(tmp_path / meta_file))
-    assert meta["tokenizer_family"] == "xlm-roberta", meta_file
+    assert meta["tokenizer_family"] == family, meta_file
     feature = {"input_word_ids": tf.io.FixedLenFeature([seq], tf.int64)}
     written = [tf.io.parse_single_example(r, feature)["input_word_ids"]
                .numpy().tolist() for r in tf.data.TFRecordDataset(

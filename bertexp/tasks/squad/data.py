@@ -33,6 +33,8 @@ class SquadExample:
   is_impossible: bool = False
   start_char: int = 0             # the answer's first char in start_word
   end_char: int = 0               # its end (exclusive) in end_word
+  # The whitespace before each word (byte-level BPE reads a word with it).
+  doc_spaces: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -59,6 +61,22 @@ def split_context(context):
       previous_space = False
     char_to_word.append(len(tokens) - 1)
   return tokens, char_to_word
+
+
+def word_spacing(context):
+  """The whitespace before each of split_context's tokens."""
+  spaces, run = [], ""
+  previous_space = True
+  for ch in context:
+    if _is_whitespace(ch):
+      run += ch
+      previous_space = True
+    else:
+      if previous_space:
+        spaces.append(run)
+        run = ""
+      previous_space = False
+  return spaces
 
 
 def _where(path, a, p, q=None):
@@ -91,6 +109,7 @@ def read_examples(path, *, is_training, version_2_with_negative):
   examples, stats = [], ReadStats()
   for a, p, paragraph in _paragraphs(path, dataset):
     doc_tokens, char_to_word = split_context(paragraph["context"])
+    doc_spaces = word_spacing(paragraph["context"])
     for q, qa in enumerate(paragraph["qas"]):
       where = _where(path, a, p, q)
       for field in ("id", "question"):
@@ -99,7 +118,8 @@ def read_examples(path, *, is_training, version_2_with_negative):
         if not isinstance(qa[field], str):
           raise ValueError(f"{where}: field {field!r} must be a string")
       stats.questions += 1
-      example = SquadExample(qa["id"], qa["question"], doc_tokens)
+      example = SquadExample(qa["id"], qa["question"], doc_tokens,
+                             doc_spaces=doc_spaces)
       if version_2_with_negative and "is_impossible" not in qa:
         raise ValueError(f"{where}: missing 'is_impossible' (a v1.1 file "
                          "read with --version_2_with_negative?)")
@@ -213,36 +233,48 @@ def best_windows(windows, num_tokens):
   return np.argmax(scores, axis=0) if num_tokens else np.zeros(0, np.int64)
 
 
-def _piece_chars(tokenizer, words):
-  """{word: [(start, end) characters of each of its pieces]}, in the word as
-  the tokenizer normalizes it."""
+def _piece_bytes(tokenizer, words):
+  """{word: (the word as the tokenizer normalizes it, [(start, end) bytes of
+  each of its pieces in it])}."""
   import tensorflow as tf
   if not words:
     return {}
   normalized = [w.decode("utf-8") for w in
                 tokenizer.normalize(tf.constant(words)).numpy()]
   _, starts, ends = tokenizer.tokenize_with_offsets_tf(tf.constant(normalized))
-  result = {}
-  for word, text, first, last in zip(words, normalized, starts.to_list(),
-                                     ends.to_list()):
-    raw = text.encode("utf-8")
-    chars = lambda b, raw=raw: len(raw[:b].decode("utf-8", "ignore"))
-    result[word] = [(chars(a), chars(b)) for a, b in zip(first, last)]
-  return result
+  return {word: (text, list(zip(first, last))) for word, text, first, last in
+          zip(words, normalized, starts.to_list(), ends.to_list())}
 
 
-def _span_by_offsets(example, word_to_piece, piece_chars):
-  """The answer's first and last piece by character offsets, as Hugging
-  Face's run_qa finds them (for tokenizers whose pieces run across
-  punctuation): the start is the last piece starting at or before the
-  answer's first character (so a lone word-start mark is passed over), the
-  end the piece after the last one ending before the answer's end."""
-  first = piece_chars[example.doc_tokens[example.start_word]]
-  last = piece_chars[example.doc_tokens[example.end_word]]
-  start = max((i for i, (a, _) in enumerate(first) if a <= example.start_char),
+def _segments(example, tokenizer):
+  """What the tokenizer reads for each context word: the word (WordPiece,
+  SentencePiece), or the whitespace before it and the word (byte-level
+  BPE, whose pieces depend on it); and how many characters precede the
+  word in it."""
+  if tokenizer.tokenizes_words_alone:
+    return example.doc_tokens, [0] * len(example.doc_tokens)
+  spaces = example.doc_spaces or [""] + [" "] * (len(example.doc_tokens) - 1)
+  return ([s + w for s, w in zip(spaces, example.doc_tokens)],
+          [len(s) for s in spaces])
+
+
+def _span_by_offsets(example, word_to_piece, piece_bytes, segments):
+  """The answer's first and last piece by offsets, as Hugging Face's run_qa
+  finds them (for tokenizers whose pieces run across punctuation), counted
+  in bytes so that a character split over byte-level pieces is kept whole:
+  the start is the last piece starting at or before the answer's first
+  byte (so a lone word-start mark is passed over), the end the piece after
+  the last one ending before the answer's end."""
+  texts, lead = segments
+  first_text, first = piece_bytes[texts[example.start_word]]
+  last_text, last = piece_bytes[texts[example.end_word]]
+  in_bytes = lambda text, chars: len(text[:chars].encode("utf-8"))
+  start_byte = in_bytes(first_text, example.start_char + lead[example.start_word])
+  end_byte = in_bytes(last_text, example.end_char + lead[example.end_word])
+  start = max((i for i, (a, _) in enumerate(first) if a <= start_byte),
               default=0)
   end = min(1 + max((i for i, (_, b) in enumerate(last)
-                     if b < example.end_char), default=-1), len(last) - 1)
+                     if b < end_byte), default=-1), len(last) - 1)
   return (word_to_piece[example.start_word] + start,
           word_to_piece[example.end_word] + end)
 
@@ -268,27 +300,29 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
   the SentencePiece families' fast tokenizers split a context too.
   """
   from bertexp.data import tokenization
-  words = sorted({w for e in examples for w in e.doc_tokens})
+  segments = {id(e.doc_tokens): _segments(e, tokenizer) for e in examples}
+  words = sorted({w for texts, _ in segments.values() for w in texts})
   word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}
   questions = tokenizer.tokenize([e.question for e in examples])
   answers = (tokenizer.tokenize([e.answer_text for e in examples])
              if is_training else None)
   by_offsets = is_training and not tokenizer.splits_punctuation
-  piece_chars = _piece_chars(tokenizer, sorted({
-      e.doc_tokens[w] for e in examples if not e.is_impossible
-      for w in (e.start_word, e.end_word)})) if by_offsets else {}
+  piece_bytes = _piece_bytes(tokenizer, sorted({
+      segments[id(e.doc_tokens)][0][w] for e in examples
+      if not e.is_impossible for w in (e.start_word, e.end_word)})
+                            ) if by_offsets else {}
   contexts, layouts = {}, {}   # per paragraph (questions share doc_tokens)
   features, unique_id = [], first_unique_id
   for index, example in enumerate(examples):
     query = [int(i) for i in questions[index][:max_query_length]]
     key = id(example.doc_tokens)
     if key not in contexts:
-      contexts[key] = _context_pieces(example.doc_tokens, word_pieces)
+      contexts[key] = _context_pieces(segments[key][0], word_pieces)
     piece_to_word, word_to_piece, doc_pieces = contexts[key]
     start_piece = end_piece = None
     if by_offsets and not example.is_impossible:
       start_piece, end_piece = _span_by_offsets(example, word_to_piece,
-                                                piece_chars)
+                                                piece_bytes, segments[key])
     elif is_training and not example.is_impossible:
       start_piece = word_to_piece[example.start_word]
       end_piece = (word_to_piece[example.end_word + 1] - 1
@@ -371,7 +405,6 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
                                   version_2_with_negative=version_2_with_negative)
   tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
-  tokenization.check_words_alone(tokenizer, "prepare squad")
   features = convert_examples(examples, tokenizer, max_seq_length=max_seq_length,
                               doc_stride=doc_stride,
                               max_query_length=max_query_length,

@@ -49,17 +49,34 @@ def _char_offset(normalized_word, byte_offset):
   return tf.strings.length(prefix, unit="UTF8_CHAR")
 
 
+def _word_pieces(tokenizer, context, words, starts, ends, normalized):
+  """Each context word's pieces and their byte offsets in the normalized
+  word, ragged [Nw, (P)]: the word alone, or (byte-level BPE) read with
+  the whitespace before it, offsets shifted past that whitespace."""
+  if tokenizer.tokenizes_words_alone:
+    return tokenizer.tokenize_with_offsets_tf(normalized)
+  previous_end = tf.concat([tf.zeros_like(ends[:, :1]), ends[:, :-1]], 1)
+  lead = (starts - previous_end).flat_values                         # [Nw]
+  spaces = tf.strings.substr(tf.gather(context, words.value_rowids()),
+                             previous_end.flat_values, lead)
+  pieces, piece_start, piece_end = tokenizer.tokenize_with_offsets_tf(
+      tf.strings.join([spaces, normalized]))
+  shift = lambda offsets: tf.maximum(offsets - lead[:, None], 0)
+  return pieces, shift(piece_start), shift(piece_end)
+
+
 def answer(tokenizer, model, spec, question, context):
   """question, context: tf.string [B] -> answer [B] string, score [B] (start
   + end logit), context_truncated [B]; v2.0 adds null_score_diff [B] and
   answers "" when it exceeds the threshold."""
   max_seq = spec["max_seq_length"]
   question_ids = tokenizer.tokenize_tf(question)[:, :spec["max_query_length"]]
-  words = tf_text.regex_split(context, _WHITESPACE)                  # [B, (W)]
+  words, word_starts, word_ends = tf_text.regex_split_with_offsets(
+      context, _WHITESPACE)                                          # [B, (W)]
   flat_words = words.flat_values                                     # [Nw]
   normalized = tokenizer.normalize(flat_words)
-  pieces, piece_start, piece_end = tokenizer.tokenize_with_offsets_tf(
-      normalized)                                                    # [Nw, (P)]
+  pieces, piece_start, piece_end = _word_pieces(
+      tokenizer, context, words, word_starts, word_ends, normalized)  # [Nw, (P)]
   context_ids = tf.RaggedTensor.from_row_splits(
       pieces.values, tf.gather(pieces.row_splits, words.row_splits))  # [B, (T)]
   piece_word = tf.repeat(tf.range(tf.shape(flat_words, out_type=tf.int64)[0]),

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertexp import cli
 from bertexp.data import byte_bpe
 from bertexp.data import tokenization
 from bertexp.tasks import text_serving
@@ -96,15 +95,3 @@ def test_a_bad_merges_line_names_the_file_and_line(tmp_path):
   (tmp_path / "merges.txt").write_text("#version: 0.2\na b\nc d e\n")
   with pytest.raises(ValueError, match=r"merges.txt:3: expected two symbols"):
     byte_bpe.ByteBpeTokenizer(str(tmp_path / "vocab.json"))
-
-
-def test_prepare_squad_refuses_byte_level_bpe_in_one_line(tmp_path, capsys):
-  (tmp_path / "squad.json").write_text(json.dumps({"data": [{"paragraphs": [{
-      "context": "a b", "qas": [{"id": "1", "question": "a?", "answers": [
-          {"text": "b", "answer_start": 2}]}]}]}]}))
-  code = cli.main(["prepare", "squad", f"--squad_file={tmp_path}/squad.json",
-                   f"--tokenizer={FOLDER}", f"--output_dir={tmp_path}/out"])
-  assert code != 0
-  error = capsys.readouterr().err.strip().splitlines()[-1]
-  assert "byte-level BPE (RoBERTa) reads a word with the space" in error
-  assert not os.path.exists(tmp_path / "out" / "squad_v1.1_train.tf_record")

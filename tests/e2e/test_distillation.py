@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from bertexp import cli
 from bertexp.tasks.classification import task as classification
@@ -235,6 +236,59 @@ def test_hand_computed_hidden_and_attention_terms_of_a_student_unlike_its_teache
   np.testing.assert_allclose(numerators["hidden"].numpy(), hidden, rtol=1e-4)
   np.testing.assert_allclose(numerators["attention"].numpy(), attention,
                              rtol=1e-4)
+
+
+def test_a_mobilebert_student_learns_from_a_bert_teacher(teacher_run,
+                                                         tmp_path):
+  """A student of another family (MobileBERT: bottlenecks, NoNorm, the
+  same vocabulary) distils from the BERT teacher: its hidden and attention
+  terms equal the float64 computation from both encoders' own layers, one
+  training step on the whole loss lowers it, and copying the teacher's
+  layers into it is a one-line error naming both families."""
+  mobile = _config(str(tmp_path), "mobile.json", family="mobilebert",
+                   num_hidden_layers=1, embedding_size=8,
+                   intra_bottleneck_size=8, num_feedforward_networks=2,
+                   hidden_act="relu")
+  with pytest.raises(ValueError, match="the student is a mobilebert encoder, "
+                     "the teacher a bert one"):
+    _student_task(teacher_run, mobile).build_model()
+  task = _student_task(teacher_run, mobile, student_init="random",
+                       hidden_weight=1.0, attention_weight=1.0,
+                       label_weight=0.0, temperature=2.0)
+  model = task.build_model()
+  assert model.hidden_projection is None              # the same width, 16
+  features, labels = _one_batch(task)
+  outputs = model(features, training=True)
+  _, student = model.student_model()(features, training=True,
+                                     return_layers=True)
+  _, teacher = model.teacher_outputs(features, return_layers=True)
+  as64 = lambda tensors: [t.numpy().astype(np.float64) for t in tensors]
+  mask = features["input_mask"].numpy().astype(np.float64)           # [B, S]
+  width = TINY_CONFIG["hidden_size"]
+  hidden = _numpy_hidden_term(
+      as64(student["hidden_states"]), as64(teacher["hidden_states"]),
+      [(1, 2)], np.eye(width), np.zeros(width), mask)
+  attention = _numpy_attention_term(as64(student["attention_scores"]),
+                                    as64(teacher["attention_scores"]),
+                                    [(1, 2)], mask)
+  np.testing.assert_allclose(outputs["hidden_loss"].numpy(), hidden, rtol=1e-4)
+  np.testing.assert_allclose(outputs["attention_loss"].numpy(), attention,
+                             rtol=1e-4)
+  assert hidden.min() > 1e-3 and attention.min() > 1e-4, (hidden, attention)
+
+  def total_loss():
+    numerators = task.loss_numerators(labels, model(features, training=True))
+    return float(tf.reduce_mean(numerators["distill"] + numerators["hidden"] +
+                                numerators["attention"]))
+  before = total_loss()
+  optimizer = tf_keras.optimizers.SGD(0.05)
+  with tf.GradientTape() as tape:
+    numerators = task.loss_numerators(labels, model(features, training=True))
+    loss = tf.reduce_mean(numerators["distill"] + numerators["hidden"] +
+                          numerators["attention"])
+  optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+  assert total_loss() < before - 1e-3 * before, (before, total_loss())
 
 
 def _write_noisy_sst2(root, vocab, config):

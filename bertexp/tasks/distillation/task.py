@@ -416,6 +416,11 @@ class DistillationTask(base.Task):
 
   def _copy_teacher_layers(self, student, teacher, prefix):
     s_config, t_config = student.encoder.config, teacher.encoder.config
+    if s_config.family != t_config.family:
+      raise ValueError(
+          f"student_init 'teacher_layers' copies the teacher's layers: the "
+          f"student is a {s_config.family} encoder, the teacher a "
+          f"{t_config.family} one (use student_init 'checkpoint' or 'random')")
     for field in ("hidden_size", "intermediate_size", "num_attention_heads"):
       if getattr(s_config, field) != getattr(t_config, field):
         raise ValueError(

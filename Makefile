@@ -224,7 +224,8 @@ test-fast: setup
 	$(PY) tools/demo_data.py fetch
 	$(TEST_THREADS) $(PY) -m pytest -q -n 3 --dist loadfile --durations=5 tests/unit
 
-# The Hugging Face PyTorch reference of tools/bench_vs_hf.py, and PyTorch
+# The Hugging Face PyTorch reference of tools/bench_vs_hf.py and
+# tools/bench_families.py, and PyTorch
 # eager and ONNX Runtime for tools/bench_serving.py, in their own venv.
 HF_VENV := .cache/bench_hf
 $(HF_VENV)/.installed:
@@ -236,6 +237,7 @@ bench: demo-data $(HF_VENV)/.installed
 	$(PY) tools/bench.py
 	$(PY) tools/bench_memory.py
 	$(PY) tools/bench_vs_hf.py
+	$(PY) tools/bench_families.py
 	@test -d $(DEMO_DIR)/export || $(MAKE) demo
 	$(PY) tools/bench_serving.py --run=$(DEMO_DIR)
 

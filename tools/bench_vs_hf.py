@@ -54,9 +54,12 @@ HF_PYTHON = os.path.join(REPO, ".cache", "bench_hf", "bin", "python")
 BATCH = 32
 
 
-def _task(data=DATA, name="movie_sentiment"):
+MINILM = os.path.join(REPO, ".cache", "minilm_l6")
+
+
+def _task(data=DATA, name="movie_sentiment", encoder_dir=MINILM):
   return classification.ClassificationTask(
-      bert_config_file=os.path.join(REPO, ".cache/minilm_l6/bert_config.json"),
+      bert_config_file=os.path.join(encoder_dir, "bert_config.json"),
       meta_data_path=f"{data}/{name}_meta_data",
       train_data_path=f"{data}/{name}_train.tf_record", seed=42)
 
@@ -90,15 +93,14 @@ def dump_batches(task, steps, path, grouped=False):
 
 
 def bertexp_rate(task, precision, steps, multiple, grouped=False, warmup=3,
-                 jit_compile=False):
+                 jit_compile=False, encoder_dir=MINILM):
   """Examples/s of bertexp's Trainer over `steps` steps after `warmup`."""
   tf_keras.mixed_precision.set_global_policy(
       "mixed_bfloat16" if precision == "bfloat16" else "float32")
   strategy = strategy_lib.make_strategy("default")
   with strategy.scope():
     model = task.build_model()
-    run_dir.restore_encoder(model.encoder,
-                             os.path.join(REPO, ".cache/minilm_l6"))
+    run_dir.restore_encoder(model.encoder, encoder_dir)
     optimizer = optimization.create_optimizer(steps + warmup,
                                               (steps + warmup) // 10,
                                               learning_rate=2e-5)
@@ -131,10 +133,11 @@ def input_rate(task, batches=300):
   return batches * BATCH / (time.perf_counter() - start)
 
 
-def hf_rate(batches_file, precision, padding, warmup=3):
+def hf_rate(batches_file, precision, padding, warmup=3,
+            model_dir=os.path.join(REPO, ".cache", "minilm_hf")):
   out = subprocess.run(
       [HF_PYTHON, os.path.join(REPO, "tools", "hf_reference.py"),
-       "--model_dir", os.path.join(REPO, ".cache", "minilm_hf"),
+       "--model_dir", model_dir,
        "--batches", batches_file, "--precision", precision,
        "--padding", padding, "--threads", "2", "--warmup", str(warmup)],
       check=True, capture_output=True, text=True).stdout

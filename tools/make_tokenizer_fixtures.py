@@ -93,16 +93,9 @@ FAMILIES = {
 
 def train_sentencepiece(inputs, prefix, **special):
   """A small unigram model (SentencePiece's defaults: nmt_nfkc)."""
-  lines = []
-  for pattern in inputs:
-    for path in sorted(glob.glob(pattern)):
-      with open(path, encoding="utf-8") as f:
-        # The last tab-separated field: the text of the demo's rating files.
-        lines += [line.rstrip("\n").split("\t")[-1].strip()
-                  for line in f][:3000]
   with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
                                    encoding="utf-8") as f:
-    f.write("\n".join(line for line in lines if line) + "\n")
+    f.write("\n".join(corpus_lines(inputs)) + "\n")
   sentencepiece.SentencePieceTrainer.train(
       input=f.name, model_prefix=prefix, vocab_size=2000,
       model_type="unigram", character_coverage=0.98, **special)

@@ -95,6 +95,15 @@ class _Tables(tf.Module):
     self.token_id = _table(vocab, tf.range(len(vocab), dtype=tf.int64),
                            tf.constant(unk_id, tf.int64))
 
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string),
+                                tf.TensorSpec([None], tf.int64)])
+  def merge(self, values, splits):
+    """merge_words on flat symbols and row splits, one graph for every
+    batch (eager, the merge loop would run op by op)."""
+    tokens = merge_words(tf.RaggedTensor.from_row_splits(values, splits),
+                         self.merge_rank)
+    return tokens.flat_values, tokens.row_splits
+
 
 def pre_tokenize(texts):
   """tf.string [B] -> GPT-2's pre-tokenized words, ragged [B, (N)]."""
@@ -206,7 +215,8 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
     symbols = tf.ragged.map_flat_values(
         self.module.byte_symbol.lookup,
         tf.strings.bytes_split(distinct))                         # [U, (L)]
-    tokens = merge_words(symbols, self.module.merge_rank)         # [U, (T)]
+    tokens = tf.RaggedTensor.from_row_splits(*self.module.merge(
+        symbols.flat_values, symbols.row_splits))                 # [U, (T)]
     return words.with_flat_values(tf.gather(tokens, index)).merge_dims(1, 2)
 
   def tokenize_tf(self, texts):

@@ -200,6 +200,22 @@ def _numpy_attention_term(student, teacher, pairs, mask):
   return np.mean(terms, axis=0)
 
 
+def _both_layers(task, model):
+  """One training batch through the model: (features, labels, the model's
+  outputs, the student's and the teacher's layers as float64 numpy
+  {"hidden_states", "attention_scores"}, the input mask [B, S] float64)."""
+  features, labels = _one_batch(task)
+  outputs = model(features, training=True)
+  _, student = model.student_model()(features, training=True,
+                                     return_layers=True)
+  _, teacher = model.teacher_outputs(features, return_layers=True)
+  as64 = lambda layers: {
+      name: [t.numpy().astype(np.float64) for t in layers[name]]
+      for name in ("hidden_states", "attention_scores")}
+  mask = features["input_mask"].numpy().astype(np.float64)           # [B, S]
+  return features, labels, outputs, as64(student), as64(teacher), mask
+
+
 def test_hand_computed_hidden_and_attention_terms_of_a_student_unlike_its_teacher(
     teacher_run, tmp_path):
   """A 1-layer student of width 8 from random weights against the 2-layer
@@ -212,21 +228,15 @@ def test_hand_computed_hidden_and_attention_terms_of_a_student_unlike_its_teache
   task = _student_task(teacher_run, narrow, student_init="random",
                        hidden_weight=1.0, attention_weight=1.0)
   model = task.build_model()
-  features, labels = _one_batch(task)
-  outputs = model(features, training=True)
-  _, student = model.student_model()(features, training=True,
-                                     return_layers=True)
-  _, teacher = model.teacher_outputs(features, return_layers=True)
-  as64 = lambda tensors: [t.numpy().astype(np.float64) for t in tensors]
-  mask = features["input_mask"].numpy().astype(np.float64)           # [B, S]
+  features, labels, outputs, student, teacher, mask = _both_layers(
+      task, model)
   pairs = [(1, 2)]
   hidden = _numpy_hidden_term(
-      as64(student["hidden_states"]), as64(teacher["hidden_states"]), pairs,
+      student["hidden_states"], teacher["hidden_states"], pairs,
       model.hidden_projection.kernel.numpy().astype(np.float64),
       model.hidden_projection.bias.numpy().astype(np.float64), mask)
-  attention = _numpy_attention_term(as64(student["attention_scores"]),
-                                    as64(teacher["attention_scores"]), pairs,
-                                    mask)
+  attention = _numpy_attention_term(student["attention_scores"],
+                                    teacher["attention_scores"], pairs, mask)
   np.testing.assert_allclose(outputs["hidden_loss"].numpy(), hidden,
                              rtol=1e-4)
   np.testing.assert_allclose(outputs["attention_loss"].numpy(), attention,
@@ -257,20 +267,15 @@ def test_a_mobilebert_student_learns_from_a_bert_teacher(teacher_run,
                        label_weight=0.0, temperature=2.0)
   model = task.build_model()
   assert model.hidden_projection is None              # the same width, 16
-  features, labels = _one_batch(task)
-  outputs = model(features, training=True)
-  _, student = model.student_model()(features, training=True,
-                                     return_layers=True)
-  _, teacher = model.teacher_outputs(features, return_layers=True)
-  as64 = lambda tensors: [t.numpy().astype(np.float64) for t in tensors]
-  mask = features["input_mask"].numpy().astype(np.float64)           # [B, S]
+  features, labels, outputs, student, teacher, mask = _both_layers(
+      task, model)
   width = TINY_CONFIG["hidden_size"]
   hidden = _numpy_hidden_term(
-      as64(student["hidden_states"]), as64(teacher["hidden_states"]),
-      [(1, 2)], np.eye(width), np.zeros(width), mask)
-  attention = _numpy_attention_term(as64(student["attention_scores"]),
-                                    as64(teacher["attention_scores"]),
-                                    [(1, 2)], mask)
+      student["hidden_states"], teacher["hidden_states"], [(1, 2)],
+      np.eye(width), np.zeros(width), mask)
+  attention = _numpy_attention_term(student["attention_scores"],
+                                    teacher["attention_scores"], [(1, 2)],
+                                    mask)
   np.testing.assert_allclose(outputs["hidden_loss"].numpy(), hidden, rtol=1e-4)
   np.testing.assert_allclose(outputs["attention_loss"].numpy(), attention,
                              rtol=1e-4)

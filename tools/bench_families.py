@@ -61,6 +61,7 @@ def make_family(family, folder):
   """HF folder (random weights + MiniLM's vocab.txt) -> converted folder."""
   hf_dir, ours = os.path.join(folder, "hf"), os.path.join(folder, "bertexp")
   config = os.path.join(folder, "config.json")
+  os.makedirs(folder)
   with open(config, "w") as f:
     json.dump(SHAPES[family], f)
   subprocess.run([bench_vs_hf.HF_PYTHON,

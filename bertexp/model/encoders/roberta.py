@@ -71,16 +71,38 @@ def build(config, recompute=False):
   return RobertaEncoder(config, recompute=recompute, name="encoder")
 
 
+# A fine-tuned RobertaForSequenceClassification has no pooler: its head's
+# dense + tanh over <s> is one, and becomes the encoder's pooler.
+HEAD_DENSE = "classifier.dense"
+
+
+def pooler_source(tensors):
+  """The HF module of the pooler: `pooler.dense` (RobertaModel), else the
+  classification head's dense layer, else `pooler.dense` left absent (a
+  token classifier or masked LM has neither; hf_optional_sources keeps the
+  pooler as initialised)."""
+  if "pooler.dense.weight" in tensors or HEAD_DENSE + ".weight" not in tensors:
+    return "pooler.dense"
+  return HEAD_DENSE
+
+
 def numpy_reference(tensors, config, word_ids, mask, type_ids):
-  """RoBERTa in float64 numpy."""
+  """RoBERTa in float64 numpy (the pooler as hf_assignments reads it)."""
   return reference.forward(tensors, config, word_ids, mask, type_ids,
-                           position_ids=position_ids(mask, config.pad_token_id))
+                           position_ids=position_ids(mask, config.pad_token_id),
+                           pooler=pooler_source(tensors))
+
+
+def hf_assignments(encoder, tensors):
+  """BERT's table; the pooler from pooler_source(tensors)."""
+  return bert.hf_assignments(encoder, tensors, pooler=pooler_source(tensors))
 
 
 FAMILY = encoders.EncoderFamily(
     name="roberta", config_class=RobertaConfig, build=build,
     hf_model_types=("roberta", "xlm-roberta"),
-    hf_assignments=bert.hf_assignments, tokenizer="byte_bpe",
+    hf_assignments=hf_assignments, tokenizer="byte_bpe",
+    hf_optional_sources=("pooler.dense.weight", "pooler.dense.bias"),
     hf_prefix="roberta", numpy_reference=numpy_reference,
     hf_classes=("Roberta", "XLMRoberta"),
     # RobertaClassificationHead: dense + tanh over <s> (the pooler), then

@@ -88,6 +88,42 @@ def test_electra_without_a_classification_head_gets_a_new_pooler(tmp_path):
                 golden["pooler_output"]).max() > 100 * TOLERANCE
 
 
+@pytest.mark.parametrize("layout", ["sequence_classifier", "no_pooler"])
+def test_a_fine_tuned_roberta_classifier_converts_with_its_head_as_pooler(
+    tmp_path, layout):
+  """A RobertaForSequenceClassification checkpoint has no pooler (its
+  head's dense + tanh over <s> is one): that dense becomes the encoder's
+  pooler, giving the pooled output the original pooler gave with the same
+  weights; a checkpoint with neither (a token classifier) converts with a
+  new pooler."""
+  source = tmp_path / "roberta"
+  shutil.copytree(os.path.join(GOLDEN, "roberta"), source)
+  tensors = st_numpy.load_file(str(source / "model.safetensors"))
+  pooler = {k: v for k, v in tensors.items() if ".pooler." in f".{k}"}
+  assert pooler, sorted(tensors)[:5]
+  kept = {k: v for k, v in tensors.items() if k not in pooler}
+  if layout == "sequence_classifier":      # as transformers names it
+    kept = {f"roberta.{k}": v for k, v in kept.items()}
+    kept.update({k.replace("pooler.dense", "classifier.dense"): v
+                 for k, v in pooler.items()})
+    kept["classifier.out_proj.weight"] = np.zeros(
+        [3, tensors[next(iter(pooler))].shape[0]], np.float32)
+    kept["classifier.out_proj.bias"] = np.zeros([3], np.float32)
+  st_numpy.save_file(kept, str(source / "model.safetensors"))
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={source}", f"--output={tmp_path / 'out'}"]) == 0
+  golden = np.load(source / "outputs.npz")
+  ours = _outputs(bertexp.load_encoder(str(tmp_path / "out")), golden)
+  np.testing.assert_allclose(ours["sequence_output"].numpy(),
+                             golden["last_hidden_state"], atol=TOLERANCE)
+  difference = np.abs(ours["pooled_output"].numpy() -
+                      golden["pooler_output"]).max()
+  if layout == "sequence_classifier":
+    assert difference < TOLERANCE
+  else:
+    assert difference > 100 * TOLERANCE
+
+
 def test_roberta_positions_start_after_the_pad_row():
   mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]])
   np.testing.assert_array_equal(roberta.position_ids(mask, 1),

@@ -83,7 +83,9 @@ def probe(args):
   runtime = _resident_bytes()
   gin.bind_parameter("bertexp.build_encoder.recompute", args.recompute)
   with tempfile.TemporaryDirectory() as folder:
-    task = classification_task(folder, _config(args), args.seq)
+    config = (json.load(open(args.config_json)) if args.config_json
+              else _config(args))
+    task = classification_task(folder, config, args.seq)
     with strategy.scope():
       model = task.build_model()
       optimizer = optimization.create_optimizer(100, 10, learning_rate=1e-5)
@@ -109,6 +111,9 @@ def main():
     parser.add_argument(f"--{name}", type=int, default=default)
   parser.add_argument("--recompute", action="store_true")
   parser.add_argument("--precision", default="float32")
+  parser.add_argument("--config_json",
+                      help="a bert_config.json of any encoder family, "
+                      "instead of the shape flags")
   args = parser.parse_args()
   import logging
   logging.disable(logging.WARNING)

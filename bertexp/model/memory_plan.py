@@ -84,13 +84,8 @@ def _layer_elements(config, seq_length, queries=None):
   """Elements one block keeps when `queries` of its seq_length positions
   (all when None) are computed: the input, keys and values cover every
   position, the rest only the queries."""
-  s, h, n = seq_length, config.hidden_size, config.num_attention_heads
-  q = s if queries is None else queries
-  dropout = config.hidden_dropout_prob > 0
-  attention_dropout = config.attention_probs_dropout_prob > 0
-  hidden = 3 * s * h + (7 if dropout else 5) * q * h
-  probs = (3 if attention_dropout else 1) * n * q * s
-  return hidden + 2 * q * config.intermediate_size + probs
+  return config.block_activation_elements(
+      seq_length, seq_length if queries is None else queries)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,6 +113,18 @@ class BertConfig:
     h, i = self.hidden_size, self.intermediate_size
     return 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
 
+  def block_activation_elements(self, seq_length, queries):
+    """Elements one block keeps for its backward pass per example, when
+    `queries` of its seq_length positions are computed: the input, keys and
+    values cover every position; the rest (attention output, LayerNorms,
+    dropout masks, the feed-forward pre- and post-activation) only the
+    queries; the attention probabilities [N, Q, S] (and their dropout)."""
+    s, q, h = seq_length, queries, self.hidden_size
+    hidden = 3 * s * h + (7 if self.hidden_dropout_prob > 0 else 5) * q * h
+    probs = ((3 if self.attention_probs_dropout_prob > 0 else 1) *
+             self.num_attention_heads * q * s)
+    return hidden + 2 * q * self.intermediate_size + probs
+
   @property
   def reads_type_ids(self):
     """Whether the encoder reads input_type_ids (then they must be below

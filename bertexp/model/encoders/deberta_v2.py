@@ -141,6 +141,14 @@ class DebertaV2Config(modeling.BertConfig):
       relative = 2 * self.span * h + (2 * h if self.layer_norm_relative else 0)
     return embeddings + blocks + relative + h * h + h
 
+  def block_activation_elements(self, seq_length, queries):
+    """BERT's block, and the relative terms' scores against every table
+    row, [N, Q, 2 x span] (measured: one such tensor a block for c2p and
+    p2c together, tools/memory_probe.py)."""
+    extra = (self.num_attention_heads * queries * 2 * self.span
+             if self.relative_attention and self.pos_att_type else 0)
+    return super().block_activation_elements(seq_length, queries) + extra
+
   @property
   def reads_type_ids(self):
     """Only with a token-type table (DeBERTa-v3 has none)."""
@@ -154,6 +162,19 @@ class DebertaV2Config(modeling.BertConfig):
   @property
   def layer_norm_relative(self):
     return "layer_norm" in self.norm_rel_ebd.lower()
+
+
+def _take_rows(values, index):
+  """values [B, N, P, R], index int [P, T] -> values[b, n, p, index[p, t]]
+  as [B, N, P, T]: one gather over the flattened (P, R) axis with indices
+  shared by every example and head (batch-broadcast indices would be kept
+  for the gradient, 8 bytes per score)."""
+  shape = tf.shape(values)                                           # B, N, P, R
+  rows = shape[3]
+  flat = tf.reshape(values, [shape[0], shape[1], -1])                # [B, N, P*R]
+  position = tf.range(tf.shape(index)[0], dtype=index.dtype)[:, None]
+  return tf.gather(flat, position * tf.cast(rows, index.dtype) + index,
+                   axis=2)                                           # [B, N, P, T]
 
 
 def relative_positions(queries, keys, config):
@@ -284,21 +305,17 @@ class DisentangledBlock(modeling.TransformerBlock):
     # offset is odd in i - j, so p2c's row for key j seen from query i is
     # the same index.
     index = tf.clip_by_value(relative[:queries] + span, 0, 2 * span - 1)  # [Q, S]
-    batch_heads = tf.shape(q)[:2]
     score = 0.0
     if "c2p" in self.terms:
       keys = self._table_heads(self.pos_key if self.pos_key is not None
                                else self.key, table)                 # [N, R, D]
       c2p = tf.einsum("bnqd,nrd->bnqr", q, keys)                     # [B, N, Q, R]
-      rows = tf.broadcast_to(index, tf.concat([batch_heads, tf.shape(index)], 0))
-      score += tf.gather(c2p, rows, axis=3, batch_dims=3)            # [B, N, Q, S]
+      score += _take_rows(c2p, index)                                # [B, N, Q, S]
     if "p2c" in self.terms:
       query_rows = self._table_heads(self.pos_query if self.pos_query is not None
                                      else self.query, table)         # [N, R, D]
       p2c = tf.einsum("bnsd,nrd->bnsr", k, query_rows)               # [B, N, S, R]
-      by_key = tf.transpose(index)                                   # [S, Q]
-      rows = tf.broadcast_to(by_key, tf.concat([batch_heads, tf.shape(by_key)], 0))
-      gathered = tf.gather(p2c, rows, axis=3, batch_dims=3)          # [B, N, S, Q]
+      gathered = _take_rows(p2c, tf.transpose(index))                # [B, N, S, Q]
       score += tf.transpose(gathered, [0, 1, 3, 2])                  # [B, N, Q, S]
     return score
 

@@ -104,6 +104,22 @@ class MobileBertConfig(modeling.BertConfig):
     return (self.use_bottleneck and self.key_query_shared_bottleneck and
             not self.use_bottleneck_attention)
 
+  def block_activation_elements(self, seq_length, queries):
+    """What a MobileBERT block keeps per example: its input [S, H], the
+    input bottleneck(s) and keys, queries, values at T, the attention
+    probabilities, then per query the attention output at T, each
+    feed-forward network's input, pre- and post-activation and residual,
+    and the output bottleneck back at H."""
+    s, q, h, t = seq_length, queries, self.hidden_size, self.true_hidden_size
+    bottlenecks = 2 * s * t * (2 if self.separate_query_key_bottleneck else 1)
+    attention = 3 * s * t + ((3 if self.attention_probs_dropout_prob > 0
+                              else 1) * self.num_attention_heads * q * s)
+    feed_forward = self.num_feedforward_networks * (
+        3 * q * t + 2 * q * self.intermediate_size)
+    output = (4 if self.hidden_dropout_prob > 0 else 3) * q * h
+    return (s * h + bottlenecks + attention + 3 * q * t + feed_forward +
+            output)
+
   def parameter_count(self):
     """Embeddings, blocks (bottlenecks, attention, every feed-forward
     network, the output bottleneck) and the pooler."""

@@ -111,3 +111,30 @@ def test_mode_plan_prints_the_plan_and_trains_nothing(tmp_path, tiny_vocab,
   assert "smallest gradient_accumulation_steps that fits with recompute: 1" in out
   assert not (tmp_path / "run").exists() or not list((tmp_path / "run").glob(
       "ckpt-*"))
+
+
+def test_families_add_what_their_blocks_keep():
+  """DeBERTa's blocks also keep the relative terms' scores against every
+  table row ([N, Q, 2 x span] a block); MobileBERT's keep its bottlenecks
+  and every feed-forward network: the plan counts both (their peaks are
+  compared with measurements by tools/bench_memory.py)."""
+  from bertexp.model import encoders
+  shape = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6,
+               num_attention_heads=12, intermediate_size=1536)
+  seq, batch = 128, 8
+  activations = lambda config: memory_plan.estimate(
+      config, seq_length=seq, micro_batch=batch,
+      head=memory_plan.Head.pooled_dense(config, 2)).activations
+  bert = modeling.BertConfig(**shape)
+  deberta = encoders.config_from_dict(dict(
+      shape, family="deberta-v2", relative_attention=True,
+      position_buckets=256, pos_att_type=["p2c", "c2p"],
+      type_vocab_size=0))
+  relative = 6 * batch * 4 * 12 * 2 * 256 * (seq * 5 + 1) // 6
+  assert activations(deberta) - activations(bert) == relative
+  mobile = encoders.config_from_dict(dict(family="mobilebert",
+                                          vocab_size=30522))
+  one_ffn = encoders.config_from_dict(dict(
+      family="mobilebert", vocab_size=30522, num_feedforward_networks=1))
+  per_network = 24 * batch * 4 * (3 * 128 + 2 * 512) * (seq * 23 + 1) // 24
+  assert activations(mobile) - activations(one_ffn) == 3 * per_network

@@ -75,17 +75,25 @@ def test_electra_without_a_classification_head_gets_a_new_pooler(tmp_path):
   source = tmp_path / "electra"
   shutil.copytree(os.path.join(GOLDEN, "electra"), source)
   tensors = st_numpy.load_file(str(source / "model.safetensors"))
-  st_numpy.save_file({k: v for k, v in tensors.items()
-                      if not k.startswith("classifier.")},
-                     str(source / "model.safetensors"))
+  ours, golden = _convert_tensors(
+      {k: v for k, v in tensors.items() if not k.startswith("classifier.")},
+      source, tmp_path)
+  assert np.abs(ours["pooled_output"].numpy() -
+                golden["pooler_output"]).max() > 100 * TOLERANCE
+
+
+def _convert_tensors(tensors, source, tmp_path):
+  """Writes `tensors` as the fixture folder `source`'s weights, converts
+  it; returns (the encoder's outputs, the fixture's) after checking that
+  the sequence output is still transformers'."""
+  st_numpy.save_file(tensors, str(source / "model.safetensors"))
   assert cli.main(["convert-checkpoint", "--from=huggingface",
                    f"--input={source}", f"--output={tmp_path / 'out'}"]) == 0
   golden = np.load(source / "outputs.npz")
   ours = _outputs(bertexp.load_encoder(str(tmp_path / "out")), golden)
   np.testing.assert_allclose(ours["sequence_output"].numpy(),
                              golden["last_hidden_state"], atol=TOLERANCE)
-  assert np.abs(ours["pooled_output"].numpy() -
-                golden["pooler_output"]).max() > 100 * TOLERANCE
+  return ours, golden
 
 
 @pytest.mark.parametrize("layout", ["sequence_classifier", "no_pooler"])
@@ -109,13 +117,7 @@ def test_a_fine_tuned_roberta_classifier_converts_with_its_head_as_pooler(
     kept["classifier.out_proj.weight"] = np.zeros(
         [3, tensors[next(iter(pooler))].shape[0]], np.float32)
     kept["classifier.out_proj.bias"] = np.zeros([3], np.float32)
-  st_numpy.save_file(kept, str(source / "model.safetensors"))
-  assert cli.main(["convert-checkpoint", "--from=huggingface",
-                   f"--input={source}", f"--output={tmp_path / 'out'}"]) == 0
-  golden = np.load(source / "outputs.npz")
-  ours = _outputs(bertexp.load_encoder(str(tmp_path / "out")), golden)
-  np.testing.assert_allclose(ours["sequence_output"].numpy(),
-                             golden["last_hidden_state"], atol=TOLERANCE)
+  ours, golden = _convert_tensors(kept, source, tmp_path)
   difference = np.abs(ours["pooled_output"].numpy() -
                       golden["pooler_output"]).max()
   if layout == "sequence_classifier":

@@ -300,7 +300,10 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
   the SentencePiece families' fast tokenizers split a context too.
   """
   from bertexp.data import tokenization
-  segments = {id(e.doc_tokens): _segments(e, tokenizer) for e in examples}
+  segments = {}                # per paragraph (questions share doc_tokens)
+  for example in examples:
+    if id(example.doc_tokens) not in segments:
+      segments[id(example.doc_tokens)] = _segments(example, tokenizer)
   words = sorted({w for texts, _ in segments.values() for w in texts})
   word_pieces = dict(zip(words, tokenizer.tokenize(words))) if words else {}
   questions = tokenizer.tokenize([e.question for e in examples])

@@ -19,7 +19,7 @@ def layer_of(variable_name):
   block = _BLOCK.search(variable_name)
   if block:
     return f"layer_{int(block.group(1)):02d}"
-  for part in ("embeddings", "pooler"):
+  for part in ("embeddings", "relative_embeddings", "pooler"):
     if f"/{part}/" in f"/{variable_name}":
       return part
   return "head"

@@ -56,8 +56,9 @@ def layer_rates(variables, layer_decay):
   """{variable name: learning-rate multiplier} of layer-wise decay (ELECTRA's
   and DeBERTa's fine-tuning recipe): with L Transformer blocks, block i
   (a `layer_<i>/` in the name) trains at layer_decay^(L - i), the
-  embeddings and their projection at layer_decay^(L + 1), everything else
-  (pooler, task heads) at 1.
+  embeddings, their projection and position tables every block shares
+  (DeBERTa's relative table) at layer_decay^(L + 1), everything else
+  (pooler, task heads) at 1. ALBERT's one shared block is block 0 of 1.
 
   Raises:
     ValueError: layer_decay outside (0, 1], or no `layer_<i>/` variable.
@@ -75,7 +76,7 @@ def layer_rates(variables, layer_decay):
     block = _BLOCK.search(variable.name)
     if block:
       rates[variable.name] = layer_decay ** (depth - int(block.group(1)))
-    elif "/embeddings" in variable.name:
+    elif _EMBEDDINGS.search(variable.name):
       rates[variable.name] = layer_decay ** (depth + 1)
     else:
       rates[variable.name] = 1.0
@@ -83,6 +84,7 @@ def layer_rates(variables, layer_decay):
 
 
 _BLOCK = re.compile(r"(?:^|/)layer_(\d+)/")
+_EMBEDDINGS = re.compile(r"/(?:relative_)?embeddings")
 
 
 class AdamW(tf_keras.optimizers.Adam):

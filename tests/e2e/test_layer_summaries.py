@@ -78,5 +78,7 @@ def test_variables_are_grouped_by_layer():
       "classifier_model/bert_encoder/layer_11/query/kernel:0") == "layer_11"
   assert layer_summaries.layer_of(
       "bert_encoder/embeddings/word_embeddings:0") == "embeddings"
+  assert layer_summaries.layer_of(
+      "encoder/relative_embeddings/table:0") == "relative_embeddings"
   assert layer_summaries.layer_of("bert_encoder/pooler/bias:0") == "pooler"
   assert layer_summaries.layer_of("classifier_model/classifier/kernel:0") == "head"

@@ -242,17 +242,26 @@ class DebertaEmbeddings(tf_keras.layers.Layer):
 
 class RelativeEmbeddings(tf_keras.layers.Layer):
   """The relative-position table [R, H] every layer shares, LayerNormed
-  when the config says so. Its variable is made at construction (blocks
-  read it through `normalized()`, not through a Keras call)."""
+  when the config says so. The encoder calls it once, so its variables are
+  named under the encoder (`encoder/relative_embeddings/...`, what layer-wise
+  decay and layer summaries read), not under the first block that reads it;
+  blocks read it through `normalized()` inside their own call (so
+  recomputed blocks differentiate it too)."""
 
   def __init__(self, config, **kwargs):
     super().__init__(**kwargs)
     self.config = config
-    self.table = self.add_weight(
-        "table", [2 * config.span, config.hidden_size],
-        initializer=modeling.initializer(config))
     self.layer_norm = (modeling.layer_norm(config, "layer_norm")
                        if config.layer_norm_relative else None)
+
+  def build(self, input_shape):
+    self.table = self.add_weight(
+        "table", [2 * self.config.span, self.config.hidden_size],
+        initializer=modeling.initializer(self.config))
+    super().build(input_shape)
+
+  def call(self, unused_inputs):
+    return self.normalized()
 
   def normalized(self):
     """The table, LayerNormed where configured: float32 [R, H]."""
@@ -356,6 +365,8 @@ class DebertaV2Encoder(modeling.BertEncoder):
         tf.cast(inputs["input_word_ids"], tf.int32),
         tf.cast(inputs["input_type_ids"], tf.int32), inputs["input_mask"],
         training=training, dropout_seed=modeling.fold_seed(dropout_seed, 0))
+    if self.relative_embeddings is not None and not self.relative_embeddings.built:
+      self.relative_embeddings(x)                  # its variables, named here
     return x, {"mask": both,
                "relative": relative_positions(length, length, self.config)}
 

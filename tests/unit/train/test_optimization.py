@@ -6,6 +6,7 @@ import tf_keras
 
 from bertexp import experiment
 from bertexp.train import optimization
+from conftest import TINY_CONFIG
 
 
 def test_schedule_at_chosen_steps():
@@ -200,21 +201,30 @@ def _one_adamw_step(model, features, labels, layer_decay, strategy):
   return changes
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_layer_decay_scales_each_blocks_step_by_its_depth(replicas):
+# DeBERTa's relative-position table is used by every block: it trains with
+# the embeddings (position information, as BERT's absolute positions do).
+DEBERTA_TINY = dict(TINY_CONFIG, family="deberta-v2", relative_attention=True,
+                    position_buckets=8, pos_att_type=["p2c", "c2p"],
+                    type_vocab_size=0, position_biased_input=False,
+                    norm_rel_ebd="layer_norm")
+
+
+@pytest.mark.parametrize("family,replicas", [("bert", 1), ("bert", 2),
+                                             ("deberta-v2", 2)])
+def test_layer_decay_scales_each_blocks_step_by_its_depth(family, replicas):
   """Layer-wise decay 0.5 on 2 blocks: the first step of each variable
   (Adam's update and the weight decay alike) is the plain step times
-  0.5^(2 - i) for block i, 0.5^3 for the embeddings, 1 for the pooler and
-  the head; on 1 replica and on 2."""
+  0.5^(2 - i) for block i, 0.5^3 for the embeddings (and DeBERTa's shared
+  relative table), 1 for the pooler and the head; on 1 replica and on 2."""
   from bertexp.model import encoders
   from bertexp.model import modeling
   from bertexp.train import strategy as strategy_lib
-  from conftest import TINY_CONFIG
   strategy = (strategy_lib.make_strategy("default") if replicas == 1 else
               strategy_lib.make_strategy("mirrored", cpu_replicas=replicas))
   with strategy.scope():
     tf_keras.utils.set_random_seed(1)
-    config = modeling.BertConfig.from_dict(TINY_CONFIG)
+    config = encoders.config_from_dict(
+        DEBERTA_TINY if family == "deberta-v2" else TINY_CONFIG)
     model = modeling.ClassifierModel(encoders.build_encoder(config), 2,
                                      dropout_rate=0.0).build_variables()
   rng = np.random.default_rng(0)
@@ -224,7 +234,8 @@ def test_layer_decay_scales_each_blocks_step_by_its_depth(replicas):
   labels = np.array([0, 1, 1, 0])
   plain = _one_adamw_step(model, features, labels, None, strategy)
   decayed = _one_adamw_step(model, features, labels, 0.5, strategy)
-  expected_rates = {"layer_1/": 0.5, "layer_0/": 0.25, "/embeddings/": 0.125}
+  expected_rates = {"layer_1/": 0.5, "layer_0/": 0.25, "/embeddings/": 0.125,
+                    "/relative_embeddings/": 0.125}
   seen, moved = set(), 0
   for name, change in plain.items():
     rate = next((r for key, r in expected_rates.items() if key in name), 1.0)
@@ -234,10 +245,16 @@ def test_layer_decay_scales_each_blocks_step_by_its_depth(replicas):
     np.testing.assert_allclose(decayed[name], rate * change, rtol=1e-4,
                                atol=1e-7, err_msg=name)
     moved += np.abs(change).max() > 100 * 1e-7
-  # Every variable stepped far beyond atol but the attention key biases (a
-  # softmax does not see a shift: no gradient, and no weight decay).
-  assert moved == len(plain) - TINY_CONFIG["num_hidden_layers"]
+  # Every variable stepped far beyond atol but the attention key biases
+  # (DeBERTa's relative-position keys too: a softmax does not see a shift,
+  # so no gradient, and no weight decay).
+  key_biases = [name for name in plain if name.endswith("key/bias:0")]
+  assert len(key_biases) == TINY_CONFIG["num_hidden_layers"] * (
+      2 if family == "deberta-v2" else 1)
+  assert moved == len(plain) - len(key_biases)
   assert seen == {1.0, 0.5, 0.25, 0.125}
+  if family == "deberta-v2":              # the table and its LayerNorm
+    assert len([n for n in plain if "/relative_embeddings/" in n]) == 3
 
 
 def test_layer_decay_is_refused_with_lamb_and_outside_zero_one():

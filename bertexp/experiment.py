@@ -42,14 +42,20 @@ def _check_positive(**values):
 
 def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
                     num_eval_per_epoch=1, warmup_fraction=0.1,
-                    train_steps=None):
+                    train_steps=None, warmup_steps=None):
   """run_classifier: an "epoch" is 1/num_eval_per_epoch of the data;
   steps_per_epoch = int(size_per_epoch / batch);
-  warmup = int(epochs * size_per_epoch * 0.1 / batch)."""
+  warmup = int(epochs * size_per_epoch * 0.1 / batch), or `warmup_steps`
+  when given (at most the total steps)."""
   _check_positive(TRAIN_BATCH_SIZE=train_batch_size,
                   NUM_EVAL_PER_EPOCH=num_eval_per_epoch)
   if train_steps is not None:
     _check_positive(TRAIN_STEPS=train_steps)
+  if warmup_steps is not None and (isinstance(warmup_steps, bool) or
+                                   not isinstance(warmup_steps, int) or
+                                   warmup_steps < 0):
+    raise ValueError(f"WARMUP_STEPS={warmup_steps!r}: expected a whole "
+                     "number of steps, 0 or more (or None)")
   elif not (isinstance(num_train_epochs, (int, float)) and
             not isinstance(num_train_epochs, bool) and num_train_epochs > 0):
     raise ValueError(f"NUM_TRAIN_EPOCHS={num_train_epochs!r}: expected a "
@@ -66,6 +72,8 @@ def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
   warmup = int(epochs * size_per_epoch * warmup_fraction / train_batch_size)
   if train_steps:
     warmup = int(train_steps * warmup_fraction)
+  if warmup_steps is not None:
+    warmup = min(warmup_steps, total)
   return Schedule(max(steps_per_epoch, 1), total, warmup)
 
 
@@ -141,7 +149,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   derived = derive_schedule(
       task.num_train_examples(), sched.train_batch_size,
       sched.num_train_epochs, sched.num_eval_per_epoch, sched.warmup_fraction,
-      sched.train_steps) if modes.derives_schedule(mode) else None
+      sched.train_steps, sched.warmup_steps) if modes.derives_schedule(
+          mode) else None
   if mode == "train_eval_predict" and not task.predict_splits():
     raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
                      "EXTRA_TEST_DATA_PATHS) bound")

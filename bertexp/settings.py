@@ -30,6 +30,9 @@ class ScheduleSettings:
       the epochs).
     num_eval_per_epoch: evaluations (and checkpoint intervals) per epoch.
     warmup_fraction: share of the steps the learning rate warms up over.
+    warmup_steps: steps the learning rate warms up over, instead of
+      warmup_fraction (None: from the fraction). Hugging Face's
+      --warmup_steps; what papers that give a step count mean.
     steps_per_loop: steps per compiled loop between host work (TPUs want
       thousands).
     eval_steps: evaluation batches (-1: the whole evaluation set, the only
@@ -41,6 +44,7 @@ class ScheduleSettings:
   train_steps: Optional[int] = None
   num_eval_per_epoch: int = 1
   warmup_fraction: float = 0.1
+  warmup_steps: Optional[int] = None
   steps_per_loop: int = 1000
   eval_steps: int = -1
 

@@ -247,6 +247,7 @@ def _specs(root, vocab, config):
           tpu={"experiments/glue/mrpc_tpu.gin": dict(
               model, **_classification(data, "mrpc")),
                "experiments/glue/mnli_tpu.gin": mnli,
+               "experiments/glue/mnli_deberta_v3_base_tpu.gin": mnli,
                # TEACHER_DIR: the TPU check's run of mrpc_tpu.gin.
                "experiments/glue/mrpc_distill_tpu.gin": dict(
                    model, **_classification(data, "mrpc"),

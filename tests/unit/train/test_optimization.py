@@ -36,6 +36,20 @@ def test_derive_schedule_as_run_classifier():
     experiment.derive_schedule(10, 32, 3)
 
 
+def test_warmup_steps_replace_the_warmup_fraction():
+  """WARMUP_STEPS (Hugging Face's --warmup_steps): the schedule warms up
+  over that many steps whatever the fraction, capped at the total."""
+  s = experiment.derive_schedule(3668, 32, 3, warmup_steps=100)
+  assert (s.total_steps, s.warmup_steps) == (342, 100)
+  s = experiment.derive_schedule(3668, 32, 3, train_steps=10, warmup_steps=0)
+  assert s.warmup_steps == 0
+  assert experiment.derive_schedule(3668, 32, 3,
+                                    warmup_steps=1000).warmup_steps == 342
+  for bad in (-1, 2.5, True):
+    with pytest.raises(ValueError, match="WARMUP_STEPS="):
+      experiment.derive_schedule(3668, 32, 3, warmup_steps=bad)
+
+
 def _one_step(optimizer):
   layer_norm = tf_keras.layers.LayerNormalization(name="layer_norm")
   dense = tf_keras.layers.Dense(3, name="dense")

@@ -543,6 +543,13 @@ class BertEncoder(tf_keras.Model):
     del input_mask
     return None
 
+  def onnx_position_ids(self, graph):
+    """position_ids as ONNX nodes of `input_mask` (bertexp.model.onnx_graph's
+    GraphBuilder): the name of an int32 [B, S] tensor, or None for 0..S-1
+    (BERT's). A family that overrides position_ids overrides this too."""
+    del graph
+    return None
+
   def _call_with_layers(self, x, attention_bias, training, dropout_seed):
     hidden_states, attention_scores = [x], []
     for i, block in enumerate(self.blocks):

@@ -8,6 +8,15 @@ mask applied as the -10000 bias bertexp trains with), SkipLayerNormalization
 around each residual and BiasGelu / FastGelu on the feed-forward layer (all
 in ONNX Runtime's `com.microsoft` domain), then the task's head.
 
+It fits every encoder family whose embeddings and blocks are BERT's layers
+(`modeling.Embeddings`, `modeling.TransformerBlock`): BERT, ELECTRA and
+ALBERT (their factorised embeddings' projection as a MatMul + Add; ALBERT's
+shared block written once and run L times), RoBERTa and XLM-R (positions
+counted after the padding row, from the encoder's `onnx_position_ids`; one
+token type, its row added to the position table). DeBERTa's relative
+attention and MobileBERT's bottlenecks have no fused form: a one-line error
+names the family.
+
 Inputs are serving_default's: int32 input_word_ids, input_mask and
 input_type_ids [B, S]. Outputs are serving_default's too: classification
 `probabilities` [B, L] and `label` [B] (its name), regression `value` [B],
@@ -22,7 +31,6 @@ OPSET = 17               # LayerNormalization-era default domain
 IR_VERSION = 10
 MS_DOMAIN = "com.microsoft"
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-ONNX_FAMILY = "bert"     # the encoder family whose layers the graph writes
 # The padding bias of bertexp's attention (BertEncoder: (1 - mask) * -10000).
 MASK_FILTER_VALUE = -10000.0
 
@@ -34,16 +42,23 @@ class GraphBuilder:
     import onnx.helper  # noqa: F401  (fails early without the onnx extra)
     self.nodes, self.initializers = [], []
     self._count = 0
+    self._shared = {}
 
   def name(self, prefix):
     self._count += 1
     return f"{prefix}_{self._count}"
 
-  def constant(self, prefix, array):
-    """An initializer holding `array`; returns its name."""
+  def constant(self, prefix, array, key=None):
+    """An initializer holding `array`; returns its name. With `key`, a
+    second call with the same key returns the first one's initializer (a
+    block's weights written once however often the block runs)."""
     from onnx import numpy_helper
+    if key is not None and key in self._shared:
+      return self._shared[key]
     name = self.name(prefix)
     self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+    if key is not None:
+      self._shared[key] = name
     return name
 
   def node(self, op, inputs, prefix=None, domain=None, outputs=1, **attrs):
@@ -89,23 +104,36 @@ def dense(graph, x, layer, prefix):
                                                     _numpy(layer.bias))])
 
 
-def _embeddings(graph, embeddings, eps):
-  """EmbedLayerNormalization of word + position + segment embeddings."""
-  return graph.node(
+def _embeddings(graph, encoder):
+  """EmbedLayerNormalization of word + position + token-type embeddings
+  [B, S, E], then the projection to H where the family has one."""
+  embeddings, config = encoder.embeddings, encoder.config
+  positions = _numpy(embeddings.position_embeddings)
+  types = ["input_type_ids",
+           graph.constant("type_embeddings", _numpy(embeddings.type_embeddings))]
+  if not config.reads_type_ids:        # one type: its row on every token
+    positions = positions + _numpy(embeddings.type_embeddings)[0]
+    types = ["", ""]
+  position_ids = encoder.onnx_position_ids(graph)
+  x = graph.node(
       "EmbedLayerNormalization",
-      ["input_word_ids", "input_type_ids",
+      ["input_word_ids", types[0],
        graph.constant("word_embeddings", _numpy(embeddings.word_embeddings)),
-       graph.constant("position_embeddings",
-                      _numpy(embeddings.position_embeddings)),
-       graph.constant("type_embeddings", _numpy(embeddings.type_embeddings)),
+       graph.constant("position_embeddings", positions), types[1],
        graph.constant("embeddings_gamma", _numpy(embeddings.layer_norm.gamma)),
-       graph.constant("embeddings_beta", _numpy(embeddings.layer_norm.beta))],
-      domain=MS_DOMAIN, outputs=2, epsilon=eps)[0]                  # [B, S, H]
+       graph.constant("embeddings_beta", _numpy(embeddings.layer_norm.beta))] +
+      (["", position_ids] if position_ids else []),
+      domain=MS_DOMAIN, outputs=2, epsilon=config.layer_norm_eps)[0]  # [B, S, E]
+  if encoder.embeddings_project is not None:
+    x = dense(graph, x, encoder.embeddings_project, "embeddings_project")
+  return x                                                           # [B, S, H]
 
 
 def _block(graph, x, block, config, index):
-  """One Transformer block: [B, S, H] -> [B, S, H]."""
+  """One Transformer block: [B, S, H] -> [B, S, H] (a block that runs
+  several times, ALBERT's, has its weights written once)."""
   p = f"layer_{index}"
+  graph = _SharedWeights(graph, block)
   qkv_kernel = np.concatenate([_numpy(block.query.kernel),
                                _numpy(block.key.kernel),
                                _numpy(block.value.kernel)], axis=1)  # [H, 3H]
@@ -130,6 +158,21 @@ def _block(graph, x, block, config, index):
                           block.output_layer_norm, config, f"{p}_output")
 
 
+class _SharedWeights:
+  """A GraphBuilder whose constants are keyed by (block, name prefix
+  without the layer index): each block's weights are written once."""
+
+  def __init__(self, graph, block):
+    self._graph, self._block = graph, block
+
+  def constant(self, prefix, array):
+    return self._graph.constant(prefix, array, key=(
+        id(self._block), prefix.split("_", 2)[-1]))
+
+  def node(self, *args, **kwargs):
+    return self._graph.node(*args, **kwargs)
+
+
 def _skip_layer_norm(graph, x, skip, bias, layer_norm, config, prefix):
   """LayerNorm(x + bias + skip), one fused node."""
   return graph.node(
@@ -141,32 +184,39 @@ def _skip_layer_norm(graph, x, skip, bias, layer_norm, config, prefix):
 
 
 def encoder_output(graph, encoder):
-  """The encoder's sequence output [B, S, H] (the BERT family's weights).
+  """The encoder's sequence output [B, S, H].
 
   Raises:
     ValueError: a TF-Hub SavedModel encoder (no weights of its own to
-      write) or an encoder of another family.
+      write) or a family whose layers are not BERT's (names the family).
   """
   from bertexp.model import encoders
+  from bertexp.model import modeling
   if isinstance(encoder, encoders.SavedModelEncoder):
     raise ValueError("export-onnx writes bertexp's own encoders; this "
                      f"model's encoder is a {type(encoder).__name__}")
   config = encoder.config
-  family = encoders.family_of(config).name
-  if family != ONNX_FAMILY:
-    raise ValueError(f"export-onnx writes the {ONNX_FAMILY!r} encoder "
-                     f"family's graph; this model's encoder is {family!r}")
-  x = _embeddings(graph, encoder.embeddings, config.layer_norm_eps)
+  if type(encoder.embeddings) is not modeling.Embeddings or any(
+      type(block) is not modeling.TransformerBlock for block in encoder.blocks):
+    raise ValueError(
+        "export-onnx writes ONNX Runtime's fused BERT layers, which the "
+        f"{encoders.family_of(config).name!r} encoder family's layers do not "
+        "fit (export a SavedModel: bertexp train --mode=export)")
+  x = _embeddings(graph, encoder)
   for index, block in enumerate(encoder.blocks):
     x = _block(graph, x, block, config, index)
   return x
 
 
 def pooled_output(graph, sequence, encoder):
-  """tanh(pooler(sequence[:, 0])) [B, H]."""
+  """The pooler's activation (BERT's tanh, ELECTRA's GELU) of its Dense on
+  sequence[:, 0]: [B, H]."""
   first = graph.node("Gather", [sequence, graph.constant(
       "first_token", np.array(0, np.int64))], axis=1)               # [B, H]
-  return graph.node("Tanh", [dense(graph, first, encoder.pooler, "pooler")])
+  product = graph.node("MatMul", [first, graph.constant(
+      "pooler_kernel", _numpy(encoder.pooler.kernel))])
+  return _activation(graph, encoder.POOLER_ACTIVATION, product,
+                     graph.constant("pooler_bias", _numpy(encoder.pooler.bias)))
 
 
 def classifier_outputs(graph, logits, label_names):

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
+from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model import onnx_graph
 from bertexp.serving.exporting import onnx_export
@@ -73,6 +74,52 @@ def test_classifier_graph_equals_the_keras_model(tmp_path, hidden_act):
   names = np.array(["neg", "neu", "pos"])[want.argmax(-1)]
   assert [v.decode() if isinstance(v, bytes) else v
           for v in got["label"]] == list(names)
+
+
+# Each family whose layers are BERT's, with what sets it apart: ELECTRA's
+# and ALBERT's factorised embeddings (E = 16 < H = 32) and projection,
+# ALBERT's one block run twice, RoBERTa's positions after the padding row
+# and single token type, ELECTRA's GELU pooler.
+FUSED_FAMILIES = {
+    "electra": dict(embedding_size=16),
+    "albert": dict(embedding_size=16, hidden_act="gelu_new"),
+    "roberta": dict(pad_token_id=1, type_vocab_size=1, layer_norm_eps=1e-5)}
+
+
+@pytest.mark.parametrize("family", sorted(FUSED_FAMILIES))
+def test_the_fused_graph_of_each_bert_shaped_family_equals_keras(family,
+                                                                 tmp_path):
+  """The classifier of another family's encoder, on padded sentence pairs:
+  ONNX Runtime's probabilities equal the Keras model's to 1e-5; ALBERT's
+  shared block is written once (the file holds one block's weights)."""
+  tf.random.set_seed(7)
+  config = encoders.config_from_dict(dict(CONFIG, family=family,
+                                          **FUSED_FAMILIES[family]))
+  model = _spread(modeling.ClassifierModel(
+      encoders.build_encoder(config), 3, seed=1).build_variables())
+  want = tf.nn.softmax(model(_inputs(), training=False), -1).numpy()  # [6, 3]
+  assert np.ptp(want, axis=0).max() > 0.03      # rows told apart, 3000 × tol
+  head = onnx_graph.classifier_head(["a", "b", "c"])
+  got = _run_onnx(model, tmp_path, head)
+  np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
+  weights = sum(i.ByteSize() for i in onnx_export.build_model_proto(
+      model, head).graph.initializer)
+  variables = sum(v.numpy().nbytes for v in model.trainable_variables)
+  assert weights < 1.1 * variables          # no block written twice
+
+
+def test_a_family_without_a_fused_form_is_a_one_line_error():
+  for family, more in (("deberta-v2", dict(relative_attention=True,
+                                           position_buckets=8,
+                                           pos_att_type=["p2c", "c2p"])),
+                       ("mobilebert", {})):
+    config = encoders.config_from_dict(dict(CONFIG, family=family, **more))
+    model = modeling.ClassifierModel(encoders.build_encoder(config), 3,
+                                     seed=1).build_variables()
+    with pytest.raises(ValueError, match=(
+        f"^export-onnx writes ONNX Runtime's fused BERT layers, which the "
+        f"'{family}' encoder family's layers do not fit")):
+      onnx_export.build_model_proto(model, onnx_graph.classifier_head(["a"]))
 
 
 def test_regression_graph_equals_the_keras_model(tmp_path):

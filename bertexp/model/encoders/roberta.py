@@ -65,6 +65,14 @@ class RobertaEncoder(modeling.BertEncoder):
     mask = tf.cast(input_mask, tf.int32)                             # [B, S]
     return tf.cumsum(mask, axis=1) * mask + self.config.pad_token_id
 
+  def onnx_position_ids(self, graph):
+    counted = graph.node("CumSum", ["input_mask", graph.constant(
+        "position_axis", np.array(1, np.int32))])                    # [B, S]
+    return graph.node("Add", [
+        graph.node("Mul", [counted, "input_mask"]),
+        graph.constant("pad_token_id",
+                       np.array(self.config.pad_token_id, np.int32))])
+
 
 def build(config, recompute=False):
   """A RobertaEncoder named "encoder" (variables created on first call)."""

@@ -1,5 +1,7 @@
 """`make bench`: each encoder family's fine-tuning step, bertexp against
-Hugging Face PyTorch, same shapes, same token ids, same threads.
+Hugging Face PyTorch and, for the families Model Garden ships (ALBERT,
+MobileBERT, ELECTRA as its BERT encoder with factorised embeddings), against
+Model Garden's encoder; same shapes, same token ids, same threads.
 
     python tools/bench_families.py [--steps 20] [--rounds 2] [--families ...]
 
@@ -8,9 +10,11 @@ random weights by transformers (tools/hf_reference.py --save_random, in the
 .cache/bench_hf venv), converted by `bertexp convert-checkpoint`, and both
 sides fine-tune it on the demo's movie-review batches (seq 48, batch 32, the
 ids bertexp's training order gives; AdamW, warmup/decay, clipping to 1.0)
-as tools/bench_vs_hf.py does for MiniLM. Rows: examples/s of each side
-(medians of --rounds, alternating) and the ratio bertexp / Hugging Face
-(> 1: bertexp faster), float32, fixed padding, with the CPU printed.
+as tools/bench_vs_hf.py does for MiniLM; Model Garden's side is
+tools/model_garden_reference.py on the same batches. Rows: examples/s of
+each side (medians of --rounds, alternating) and the ratios bertexp / each
+reference (> 1: bertexp faster), float32, fixed padding, with the CPU
+printed.
 
 The shapes are MiniLM-L6's (6 layers, width 384, 12 heads, feed-forward
 1536) in each family's own form: ELECTRA and ALBERT with 128-wide embeddings
@@ -30,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_vs_hf  # noqa: E402  (imports bertexp before TensorFlow)
+import model_garden_reference  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bertexp import cli  # noqa: E402
@@ -76,21 +81,26 @@ def make_family(family, folder):
 
 
 def measure(family, args, tmp):
-  """(parameters, bertexp ex/s, Hugging Face ex/s) of one family."""
+  """(parameters, bertexp ex/s, Hugging Face ex/s, Model Garden ex/s or
+  None) of one family."""
   hf_dir, ours = make_family(family, os.path.join(tmp, family))
   task = bench_vs_hf._task(encoder_dir=ours)  # pylint: disable=protected-access
   batches_file = os.path.join(tmp, "batches.npz")
   if not os.path.exists(batches_file):
     bench_vs_hf.dump_batches(task, args.steps + 3, batches_file)
-  mine, theirs = [], []
+  mine, theirs, garden = [], [], []
   for _ in range(args.rounds):
     mine.append(bench_vs_hf.bertexp_rate(task, "float32", args.steps, None,
                                          encoder_dir=ours))
     theirs.append(bench_vs_hf.hf_rate(batches_file, "float32", "fixed",
                                       model_dir=hf_dir))
+    if family in model_garden_reference.FAMILIES:
+      garden.append(model_garden_reference.rate(family, SHAPES[family],
+                                                batches_file))
   config = encoders.read_config(os.path.join(ours, "bert_config.json"))
   return (config.parameter_count(), statistics.median(mine),
-          statistics.median(theirs))
+          statistics.median(theirs),
+          statistics.median(garden) if garden else None)
 
 
 def main():
@@ -105,13 +115,17 @@ def main():
              "that venv)")
   tf.config.threading.set_intra_op_parallelism_threads(2)
   tf.config.threading.set_inter_op_parallelism_threads(2)
-  print("| family | encoder parameters | bertexp ex/s | Hugging Face ex/s | "
-        "ratio |\n|---|---|---|---|---|", flush=True)
+  print("| family | encoder parameters | bertexp ex/s | Model Garden ex/s | "
+        "ratio | Hugging Face ex/s | ratio |\n|---|---|---|---|---|---|---|",
+        flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     for family in args.families.split(","):
-      parameters, mine, theirs = measure(family, args, tmp)
+      parameters, mine, theirs, garden = measure(family, args, tmp)
+      versus_garden = (f"{garden:.1f} | {mine / garden:.2f}" if garden
+                       else "— | —")
       print(f"| {family} | {parameters / 1e6:.1f} M | {mine:.1f} | "
-            f"{theirs:.1f} | {mine / theirs:.2f} |", flush=True)
+            f"{versus_garden} | {theirs:.1f} | {mine / theirs:.2f} |",
+            flush=True)
 
 
 if __name__ == "__main__":

@@ -185,18 +185,25 @@ def test_family_on_the_tpu_checks_xla_replicas_equals_one(family, specs,
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_export_onnx_writes_the_fused_graph_or_names_the_family(
-    family, specs, one_replica, capsys, tmp_path):
+def test_export_tflite_and_onnx_of_each_family(family, specs, one_replica,
+                                               capsys, tmp_path):
   """ELECTRA and RoBERTa (BERT's layers): export-onnx's float32 graph
   gives the fine-tuned model's probabilities on the held-out rows to 1e-5.
-  DeBERTa and MobileBERT (layers of their own): a one-line error naming the
-  family, and nothing written."""
+  DeBERTa and MobileBERT (layers of their own): TFLite (float) does, and
+  export-onnx is a one-line error naming the family that writes nothing.
+  (BERT's layers in TFLite: tests/e2e/test_train.py.)"""
   spec = specs[family]
   model_dir = str(tmp_path / "run")
   shutil.copytree(one_replica[family], model_dir)
   args = mf.train_args([spec["gin_file"]], mf.run_params(spec, model_dir),
                        FLOAT32)[2:]
   if family in ("deberta-v2", "mobilebert"):
+    assert cli.main(["export-tflite"] + args) == 0
+    with open(os.path.join(model_dir, "tflite", "tflite_report.json")) as f:
+      tflite = json.load(f)["float"]
+    assert tflite["examples"] == 16 and tflite["argmax_agreement"] == 1.0
+    assert tflite["max_probability_diff"] < 1e-5
+    capsys.readouterr()
     assert cli.main(["export-onnx"] + args) != 0
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"the '{family}' encoder family's layers do not fit" in error

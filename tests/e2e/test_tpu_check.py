@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bertexp import cli
 from conftest import REPO
 import matrix_fixtures as mf
 
@@ -116,27 +117,25 @@ def _tpu_check_args(gin_file, spec, model_dir, *, float32, one_replica=False):
 
 @pytest.fixture(scope="module")
 def tpu_check_runs(fixtures, tmp_path_factory):
-  """Starts every TPU-check run at once, two processes at a time, while the
-  other cells run here. Per shipped TPU file: as shipped on 8 replicas
-  ("shipped"), in float32 on equality_replicas ("float32") and in float32 on one
-  ("one_replica"); each a new `bertexp train` process (cpu_replicas splits
-  the CPU into 8 before TensorFlow starts). Returns {gin_file: {run:
-  (params, future)}}; most of a run's minute is single-threaded graph
-  building, so two side by side take little longer than one."""
+  """Every TPU-check run. Per shipped TPU file: as shipped on 8 replicas
+  ("shipped"), in float32 on equality_replicas ("float32") and in float32 on
+  one ("one_replica"). The XLA runs are new `bertexp train` processes
+  (cpu_replicas splits the CPU before TensorFlow starts), two at a time;
+  meanwhile the one-replica references run here, where TensorFlow is
+  imported already (a new process pays ~5 CPU-s for that). A distillation
+  file's XLA run starts once its teacher's reference is done. Returns
+  {gin_file: {run: (params, future)}}."""
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-  runs = {}
-  # Teachers first: a distillation run waits for its teacher's run (which a
-  # first-in, first-out pool has started by then).
+  runs, references, after_teachers = {}, [], []
+  # Teachers first: a distillation file's runs read its teacher's reference.
   teachers_only = sorted(set(TEACHERS.values()) - set(TPU_CHECK_CELLS))
   for gin_file in teachers_only + sorted(TPU_CHECK_CELLS,
                                          key=lambda f: f in TEACHERS):
     spec = next(s for s in fixtures.values() if gin_file in s["tpu"])
-    wait = lambda: None
     if gin_file in TEACHERS:
-      teacher_params, teacher_run = runs[TEACHERS[gin_file]]["one_replica"]
+      teacher_params, _ = runs[TEACHERS[gin_file]]["one_replica"]
       spec = dict(spec, tpu={gin_file: dict(
           spec["tpu"][gin_file], TEACHER_DIR=teacher_params["MODEL_DIR"])})
-      wait = teacher_run.result
     runs[gin_file] = {}
     kinds = [("one_replica", dict(float32=True, one_replica=True))]
     if gin_file in TPU_CHECK_CELLS:
@@ -146,15 +145,34 @@ def tpu_check_runs(fixtures, tmp_path_factory):
     for run, how in kinds:
       model_dir = str(tmp_path_factory.mktemp(f"tpu_{run}"))
       args = _tpu_check_args(gin_file, spec, model_dir, **how)
+      future = concurrent.futures.Future()
       runs[gin_file][run] = (dict(spec["tpu"][gin_file], MODEL_DIR=model_dir),
-                             pool.submit(_after, wait, args))
+                             future)
+      if run == "one_replica":
+        references.append((args, future))
+      elif gin_file in TEACHERS:
+        after_teachers.append((args, future))
+      else:
+        pool.submit(_complete, future, mf.run_cli, args)
+  for args, future in references:
+    _complete(future, _run_here, args)
+  for args, future in after_teachers:
+    pool.submit(_complete, future, mf.run_cli, args)
   yield runs
   pool.shutdown(wait=True)
 
 
-def _after(wait, args):
-  wait()
-  return mf.run_cli(args)
+def _complete(future, call, args):
+  """future <- call(args): its result, or the exception it raised."""
+  try:
+    future.set_result(call(args))
+  except Exception as error:  # pylint: disable=broad-except
+    future.set_exception(error)
+
+
+def _run_here(args):
+  """`bertexp train ARGS` in this process."""
+  assert cli.main(args) == 0, args
 
 
 def test_every_shipped_tpu_file_has_a_cell_that_ran_or_is_covered_by_one(

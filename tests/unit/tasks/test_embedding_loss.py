@@ -1,0 +1,99 @@
+"""The dual encoder's in-batch negatives loss over the global batch
+(bertexp/tasks/embedding/losses.py): a hand computation, and 2 mirrored
+replicas equal to one replica on the same global batch (loss and
+gradients), duplicates of a positive and hard negatives included."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from bertexp.tasks.embedding import losses
+from bertexp.train import strategy as strategy_lib
+
+
+def _log_softmax(row):
+  row = row - row.max()
+  return row - np.log(np.exp(row).sum())
+
+
+def test_each_query_against_every_positive_but_its_duplicates():
+  """3 queries; documents 0 and 2 are the same document (id 7): query 0
+  is not pushed away from document 2, nor query 2 from document 0."""
+  queries = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], np.float32)
+  positives = np.array([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]], np.float32)
+  ids = np.array([7, 8, 7], np.int64)
+  got = losses.in_batch_negatives_loss(queries, positives, ids,
+                                       scale=5.0).numpy()
+  scores = 5.0 * queries @ positives.T                              # [3, 3]
+  want = [-_log_softmax(scores[0, [0, 1]])[0],
+          -_log_softmax(scores[1])[1],
+          -_log_softmax(scores[2, [1, 2]])[1]]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  # Without the duplicate rule query 0 would count document 2 against it.
+  plain = -_log_softmax(scores[0])[0]
+  assert abs(plain - want[0]) > 0.1
+  # Symmetric: each document against every query, where a query whose
+  # positive is the same document is no negative either.
+  both = losses.in_batch_negatives_loss(queries, positives, ids, scale=5.0,
+                                        symmetric=True).numpy()
+  back = [-_log_softmax(scores.T[0, [0, 1]])[0],
+          -_log_softmax(scores.T[1])[1],
+          -_log_softmax(scores.T[2, [1, 2]])[1]]
+  np.testing.assert_allclose(both, (np.array(want) + back) / 2, rtol=1e-6)
+
+
+GLOBAL_BATCH, WIDTH, HARD = 8, 6, 2
+# Document 1 is the positive of rows 0, 3 and 5: duplicates on both
+# replicas' halves and across them.
+IDS = np.array([1, 2, 3, 1, 5, 1, 6, 7], np.int64)
+
+
+def _step(strategy, symmetric):
+  """(global loss, {variable: gradient}) of one batch through a shared
+  Dense "encoder", the batch split over `strategy`'s replicas."""
+  rng = np.random.default_rng(0)
+  features = {
+      "query": rng.normal(size=(GLOBAL_BATCH, 5)).astype(np.float32),
+      "positive": rng.normal(size=(GLOBAL_BATCH, 5)).astype(np.float32),
+      "hard": rng.normal(size=(GLOBAL_BATCH, HARD, 5)).astype(np.float32),
+      "ids": IDS}
+  with strategy.scope():
+    tf_keras.utils.set_random_seed(3)
+    encoder = tf_keras.layers.Dense(WIDTH)
+    encoder.build([None, 5])
+  replicas = strategy.num_replicas_in_sync
+  rows = GLOBAL_BATCH // replicas
+  inputs = strategy.experimental_distribute_values_from_function(
+      lambda context: {k: v[context.replica_id_in_sync_group * rows:
+                             (context.replica_id_in_sync_group + 1) * rows]
+                       for k, v in features.items()})
+
+  @tf.function
+  def step(batch):
+    def replica_step(batch):
+      with tf.GradientTape() as tape:
+        per_example = losses.in_batch_negatives_loss(
+            encoder(batch["query"]), encoder(batch["positive"]), batch["ids"],
+            scale=3.0, symmetric=symmetric,
+            hard_negatives=encoder(batch["hard"]))
+        loss = tf.reduce_sum(per_example) / GLOBAL_BATCH
+      return loss, tape.gradient(loss, encoder.trainable_variables)
+    loss, grads = strategy.run(replica_step, args=(batch,))
+    return (strategy.reduce("SUM", loss, axis=None),
+            [strategy.reduce("SUM", g, axis=None) for g in grads])
+
+  loss, grads = step(inputs)
+  return float(loss), [g.numpy() for g in grads]
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_two_replicas_equal_one_on_the_same_global_batch(symmetric):
+  one = _step(strategy_lib.make_strategy("default"), symmetric)
+  two = _step(strategy_lib.make_strategy("mirrored", cpu_replicas=2),
+              symmetric)
+  assert two[0] == pytest.approx(one[0], rel=1e-6)
+  for ours, reference in zip(two[1], one[1]):
+    # Each gradient moves far beyond the tolerance: a replica that saw only
+    # its own half of the negatives would differ by much more.
+    assert np.abs(reference).max() > 1e-2
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7)

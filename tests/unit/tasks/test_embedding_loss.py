@@ -1,7 +1,14 @@
 """The dual encoder's in-batch negatives loss over the global batch
 (bertexp/tasks/embedding/losses.py): a hand computation, and 2 mirrored
-replicas equal to one replica on the same global batch (loss and
-gradients), duplicates of a positive and hard negatives included."""
+replicas and 2 localhost workers equal to one replica on the same global
+batch (loss and gradients), duplicates of a positive and hard negatives
+included. Run as a script, this file is one of those workers."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -61,16 +68,14 @@ def _step(strategy, symmetric):
     tf_keras.utils.set_random_seed(3)
     encoder = tf_keras.layers.Dense(WIDTH)
     encoder.build([None, 5])
-  replicas = strategy.num_replicas_in_sync
-  rows = GLOBAL_BATCH // replicas
-  inputs = strategy.experimental_distribute_values_from_function(
-      lambda context: {k: v[context.replica_id_in_sync_group * rows:
-                             (context.replica_id_in_sync_group + 1) * rows]
-                       for k, v in features.items()})
+  rows = GLOBAL_BATCH // strategy.num_replicas_in_sync
 
   @tf.function
-  def step(batch):
-    def replica_step(batch):
+  def step():
+    def replica_step():
+      first = tf.distribute.get_replica_context().replica_id_in_sync_group * rows
+      batch = {k: tf.constant(v)[first:first + rows]
+               for k, v in features.items()}
       with tf.GradientTape() as tape:
         per_example = losses.in_batch_negatives_loss(
             encoder(batch["query"]), encoder(batch["positive"]), batch["ids"],
@@ -78,12 +83,21 @@ def _step(strategy, symmetric):
             hard_negatives=encoder(batch["hard"]))
         loss = tf.reduce_sum(per_example) / GLOBAL_BATCH
       return loss, tape.gradient(loss, encoder.trainable_variables)
-    loss, grads = strategy.run(replica_step, args=(batch,))
+    loss, grads = strategy.run(replica_step)
     return (strategy.reduce("SUM", loss, axis=None),
             [strategy.reduce("SUM", g, axis=None) for g in grads])
 
-  loss, grads = step(inputs)
+  loss, grads = step()
   return float(loss), [g.numpy() for g in grads]
+
+
+def _assert_equal_steps(ours, reference):
+  assert ours[0] == pytest.approx(reference[0], rel=1e-6)
+  for got, want in zip(ours[1], reference[1]):
+    # Each gradient moves far beyond the tolerance: a replica that saw only
+    # its own half of the negatives would differ by much more.
+    assert np.abs(want).max() > 1e-2
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
@@ -91,9 +105,49 @@ def test_two_replicas_equal_one_on_the_same_global_batch(symmetric):
   one = _step(strategy_lib.make_strategy("default"), symmetric)
   two = _step(strategy_lib.make_strategy("mirrored", cpu_replicas=2),
               symmetric)
-  assert two[0] == pytest.approx(one[0], rel=1e-6)
-  for ours, reference in zip(two[1], one[1]):
-    # Each gradient moves far beyond the tolerance: a replica that saw only
-    # its own half of the negatives would differ by much more.
-    assert np.abs(reference).max() > 1e-2
-    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7)
+  _assert_equal_steps(two, one)
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def test_two_workers_equal_one_replica(tmp_path):
+  """Symmetric, with hard negatives: 2 MultiWorkerMirroredStrategy
+  processes on localhost (this file as their script) give one replica's
+  loss and gradients."""
+  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.dirname(os.path.abspath(__file__)))))
+  env = dict(os.environ, PYTHONPATH=repo, TF_USE_LEGACY_KERAS="1")
+  workers = [subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), str(tmp_path / f"{i}.json")],
+      env=dict(env, TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+  try:
+    for worker in workers:
+      output, _ = worker.communicate(timeout=300)
+      assert worker.returncode == 0, output[-3000:]
+  finally:
+    for worker in workers:
+      worker.kill()
+  reference = _step(strategy_lib.make_strategy("default"), True)
+  for i in range(2):
+    with open(tmp_path / f"{i}.json") as f:
+      loss, grads = json.load(f)
+    _assert_equal_steps((loss, [np.array(g) for g in grads]), reference)
+
+
+if __name__ == "__main__":            # one worker of test_two_workers_...
+  worker_loss, worker_grads = _step(
+      strategy_lib.make_strategy("multi_worker_mirrored"), True)
+  with open(sys.argv[1], "w") as out:
+    json.dump([worker_loss, [g.tolist() for g in worker_grads]], out)

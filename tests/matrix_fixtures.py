@@ -311,7 +311,7 @@ def run_in_process(spec, model_dir, strategy_bindings, extra=(), mode=None):
   assert cli.main(args) == 0, args
 
 
-def _free_ports(n):
+def free_ports(n):
   sockets = [socket.socket() for _ in range(n)]
   for s in sockets:
     s.bind(("localhost", 0))
@@ -342,7 +342,7 @@ def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
                     list(spec["order"]) + [
                         'bertexp.make_strategy.kind="multi_worker_mirrored"'] +
                     list(extra), mode=mode)
-  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   env = _environment()
   workers = [subprocess.Popen(
       [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,

@@ -344,12 +344,12 @@ def test_rollback_continues_past_the_bad_batch_and_finishes(run, tmp_path,
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
-  from matrix_fixtures import _free_ports
+  from matrix_fixtures import free_ports
   model_dir = str(tmp_path / "model")
   args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
       '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"',
       "--gin_param=bertexp.make_strategy.collective_timeout_seconds=30"]
-  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   logs = [open(tmp_path / f"worker{i}.log", "w+") for i in range(2)]
   workers = [subprocess.Popen(
       [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
@@ -430,11 +430,11 @@ def test_data_that_disagree_with_the_configuration_stop_before_training(
 
 def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(run,
                                                                    tmp_path):
-  from matrix_fixtures import _free_ports
+  from matrix_fixtures import free_ports
   model_dir = str(tmp_path / "model")
   args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
       '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"']
-  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   logs = [tmp_path / f"worker{i}.log" for i in range(2)]
   workers = [subprocess.Popen(
       [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,

@@ -5,7 +5,6 @@ batch (loss and gradients), duplicates of a positive and hard negatives
 included. Run as a script, this file is one of those workers."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -108,24 +107,14 @@ def test_two_replicas_equal_one_on_the_same_global_batch(symmetric):
   _assert_equal_steps(two, one)
 
 
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 def test_two_workers_equal_one_replica(tmp_path):
   """Symmetric, with hard negatives: 2 MultiWorkerMirroredStrategy
   processes on localhost (this file as their script) give one replica's
   loss and gradients."""
-  cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.dirname(os.path.abspath(__file__)))))
-  env = dict(os.environ, PYTHONPATH=repo, TF_USE_LEGACY_KERAS="1")
+  from conftest import REPO
+  from matrix_fixtures import free_ports
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+  env = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
   workers = [subprocess.Popen(
       [sys.executable, os.path.abspath(__file__), str(tmp_path / f"{i}.json")],
       env=dict(env, TF_CONFIG=json.dumps(

@@ -61,7 +61,8 @@ def cmd_convert(args):
     from bertexp.tasks import catalog
     to_huggingface.export_huggingface(
         args.input, args.output, bert_config_file=args.bert_config_file,
-        vocab_file=args.vocab_file, heads=catalog.huggingface_heads())
+        vocab_file=args.vocab_file, heads=catalog.huggingface_heads(),
+        extra_files=catalog.huggingface_files())
     return
   from bertexp.checkpoints import converters
   convert = {"huggingface": converters.convert_huggingface,

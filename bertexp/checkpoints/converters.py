@@ -7,6 +7,7 @@ A bertexp checkpoint folder holds `bert_config.json`, the tokenizer's files
 what INIT_CHECKPOINT, `bertexp.load_encoder` and `prepare --tokenizer` take.
 """
 import dataclasses
+import json
 import logging
 import math
 
@@ -14,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.checkpoints import run_dir
+from bertexp.checkpoints import sentence_transformers
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.util import fileio
@@ -136,7 +138,7 @@ def parity(encoder, reference_fn):
 # -- writing ---------------------------------------------------------------------
 
 def write_checkpoint_folder(encoder, vocab_file, output_dir,
-                            tokenizer_files=()):
+                            tokenizer_files=(), extra_files=None):
   """bert_config.json + the tokenizer's files + bert_model.ckpt, written
   atomically.
 
@@ -147,6 +149,8 @@ def write_checkpoint_folder(encoder, vocab_file, output_dir,
     output_dir: the folder to write.
     tokenizer_files: more files copied under their own names
       (SentencePiece models, tokenizer_config.json).
+    extra_files: {name: text} written beside them (a sentence-transformers
+      folder's pooling).
   """
   if vocab_file:
     tokenization.load_vocab(vocab_file)      # refuse a vocab without [CLS]...
@@ -159,6 +163,8 @@ def write_checkpoint_folder(encoder, vocab_file, output_dir,
     for path in tokenizer_files:
       tf.io.gfile.copy(path, fileio.join(tmp, path.rsplit("/", 1)[-1]),
                        overwrite=True)
+    for name, text in (extra_files or {}).items():
+      fileio.write_text(fileio.join(tmp, name), text)
     tf.train.Checkpoint(encoder=encoder).write(fileio.join(tmp, "bert_model.ckpt"))
   return output_dir
 
@@ -197,7 +203,7 @@ def huggingface_tokenizer_files(input_dir, config):
 
 
 def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
-             skipped=(), tokenizer_files=()):
+             skipped=(), tokenizer_files=(), extra_files=None):
   """HF-named float32 tensors -> checked, written bertexp checkpoint folder.
 
   skipped: source tensor names the caller already set aside as not part of
@@ -220,20 +226,25 @@ def _convert(tensors, config, vocab_file, output_dir, tolerance, source,
   if worst > tolerance:
     raise ValueError(f"parity check failed: max abs diff {worst:.3g} > "
                      f"{tolerance:g}; nothing written")
-  write_checkpoint_folder(encoder, vocab_file, output_dir, tokenizer_files)
+  write_checkpoint_folder(encoder, vocab_file, output_dir, tokenizer_files,
+                          extra_files)
   print(f"wrote bertexp checkpoint folder {output_dir}", flush=True)
   return report
 
 
 def convert_huggingface(input_dir, output_dir, tolerance=PARITY_TOLERANCE):
   """HF folder (model.safetensors, config.json, the tokenizer's files) ->
-  bertexp, for every family bertexp builds."""
+  bertexp, for every family bertexp builds. A sentence-transformers
+  folder's pooling is kept beside the checkpoint (sentence_pooling.json)."""
   config = hf_config(fileio.join(input_dir, "config.json"))
+  pooling = sentence_transformers.read_folder(input_dir)
   vocab, tokenizer_files = huggingface_tokenizer_files(input_dir, config)
   tensors = read_safetensors(fileio.join(input_dir, "model.safetensors"),
                              encoders.family_of(config).hf_prefix)
   return _convert(tensors, config, vocab, output_dir, tolerance, input_dir,
-                  tokenizer_files=tokenizer_files)
+                  tokenizer_files=tokenizer_files,
+                  extra_files=pooling and {sentence_transformers.POOLING_FILE:
+                                           json.dumps(pooling) + "\n"})
 
 
 # -- google-research/bert TF1 checkpoints -------------------------------------------

@@ -23,7 +23,7 @@ checkpoint, unless given.
 import dataclasses
 import json
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -214,7 +214,8 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
 
 
 def export_huggingface(input_path, output_dir, bert_config_file=None,
-                       vocab_file=None, heads: Sequence[HeadMapping] = ()):
+                       vocab_file=None, heads: Sequence[HeadMapping] = (),
+                       extra_files: Sequence[Callable] = ()):
   """Writes a Hugging Face model folder.
 
   Args:
@@ -224,6 +225,10 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       (vocab_file: WordPiece vocab.txt or the family's SentencePiece model).
     heads: the HeadMappings the tasks declare; the checkpoint's head is
       the one whose layer it holds.
+    extra_files: functions (checkpoint reader, encoder config) -> {path in
+      the folder: text} the tasks declare (e.g. an embedding model's
+      sentence-transformers files); each gives {} for a checkpoint that is
+      not its task's.
   Returns:
     (the transformers architecture, {HF name: array}).
   Raises:
@@ -264,6 +269,10 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
                                 for k, v in tensors.items()},
                                metadata={"format": "pt"}))
     _write_tokenizer(tmp, vocab, spm_family, lower)
+    for files in extra_files:
+      for name, text in files(reader, config).items():
+        fileio.makedirs(fileio.join(tmp, *name.split("/")[:-1]))
+        fileio.write_text(fileio.join(tmp, name), text)
   architecture = values["architectures"][0]
   print(f"wrote {architecture} ({len(tensors)} tensors) from {checkpoint} to "
         f"{output_dir}", flush=True)

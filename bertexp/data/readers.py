@@ -212,6 +212,35 @@ def json_lines(path):
       raise ValueError(f"{path}:{number}: not valid JSON ({reason})") from None
 
 
+def records(path):
+  """(line number, {column: value}) of each row of a .jsonl/.json file (one
+  object a line) or a .csv/.tsv file with a header row (values are
+  strings; TSV fields are not quoted).
+
+  Raises:
+    ValueError: a line that is not a JSON object, a table row whose column
+      count differs from the header's, or a file without rows (naming
+      path:line).
+  """
+  if path.lower().endswith((".jsonl", ".json")):
+    for number, record in json_lines(path):
+      if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number}: expected a JSON object, found "
+                         f"{type(record).__name__}")
+      yield number, record
+    return
+  rows = _table_rows(path, "," if path.lower().endswith(".csv") else "\t")
+  first = next(rows, None)
+  if first is None:
+    raise ValueError(f"{path}: no header row")
+  header = first[1]
+  for number, fields in rows:
+    if len(fields) != len(header):
+      raise ValueError(f"{path}:{number}: expected {len(header)} columns "
+                       f"({header}), found {len(fields)}")
+    yield number, dict(zip(header, fields))
+
+
 def read_jsonl(path, text_columns, label_column=None, id_column=None,
                id_required=False):
   """Rows of a JSON-lines file, one object a line, columns by key."""

@@ -219,6 +219,44 @@ def pooled_output(graph, sequence, encoder):
                      graph.constant("pooler_bias", _numpy(encoder.pooler.bias)))
 
 
+def pooled_sentence(graph, sequence, mode, normalize):
+  """One vector per sentence [B, H] from the sequence output, as
+  bertexp.tasks.embedding.pooling.pool computes it: "mean" over the real
+  tokens (input_mask), "cls" (the first token) or "max" over the real
+  tokens, then optionally divided by its L2 norm (at least 1e-12).
+
+  Raises:
+    ValueError: an unknown mode.
+  """
+  axis = graph.constant("sequence_axis", np.array([1], np.int64))
+  if mode == "cls":
+    pooled = graph.node("Gather", [sequence, graph.constant(
+        "first_token", np.array(0, np.int64))], axis=1)             # [B, H]
+  elif mode in ("mean", "max"):
+    mask = graph.node("Unsqueeze", [
+        graph.node("Cast", ["input_mask"], to=1),
+        graph.constant("last_axis", np.array([2], np.int64))])       # [B, S, 1]
+    if mode == "mean":
+      total = graph.node("ReduceSum", [graph.node("Mul", [sequence, mask]),
+                                       axis], keepdims=0)            # [B, H]
+      count = graph.node("ReduceSum", [mask, axis], keepdims=0)      # [B, 1]
+      pooled = graph.node("Div", [total, graph.node("Max", [
+          count, graph.constant("least_count", np.array(1e-9, np.float32))])])
+    else:
+      real = graph.node("Cast", [mask], to=9)                       # bool
+      lowest = graph.constant("lowest", np.array(
+          np.finfo(np.float32).min, np.float32))
+      pooled = graph.node("ReduceMax", [graph.node(
+          "Where", [real, sequence, lowest])], axes=[1], keepdims=0)
+  else:
+    raise ValueError(f"pooling mode {mode!r}: expected mean, cls or max")
+  if not normalize:
+    return pooled
+  norm = graph.node("ReduceL2", [pooled], axes=[1], keepdims=1)      # [B, 1]
+  return graph.node("Div", [pooled, graph.node("Max", [
+      norm, graph.constant("least_norm", np.array(1e-12, np.float32))])])
+
+
 def classifier_outputs(graph, logits, label_names):
   """{probabilities [B, L], label [B]} of a classifier's logits."""
   probabilities = graph.node("Softmax", [logits], axis=-1)

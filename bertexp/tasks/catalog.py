@@ -4,7 +4,9 @@ registers itself on import, and a new task is one folder.
 A folder `bertexp/tasks/<task>/` may hold
   prepare.py  COMMANDS: its `bertexp prepare` subcommands (prepare_command);
   task.py     the gin-registered task, and HUGGINGFACE_HEADS: how the heads
-              it trains go to transformers (to_huggingface.HeadMapping).
+              it trains go to transformers (to_huggingface.HeadMapping);
+              HUGGINGFACE_FILES: functions adding files of its own to
+              such a folder (to_huggingface.export_huggingface).
 """
 import importlib
 import importlib.util
@@ -45,3 +47,9 @@ def huggingface_heads():
       owner[head.layer] = folder
       heads.append(head)
   return tuple(heads)
+
+
+def huggingface_files():
+  """Every task's HUGGINGFACE_FILES, in folder order."""
+  return tuple(files for _, module in modules_named("task")
+               for files in getattr(module, "HUGGINGFACE_FILES", ()))

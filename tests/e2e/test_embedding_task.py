@@ -22,7 +22,7 @@ from bertexp.checkpoints import run_dir
 from bertexp.data import tokenization
 from bertexp.tasks.embedding import task as embedding_task
 import matrix_fixtures as mf
-from conftest import MINILM_HF, REPO, gin_params, requires_minilm
+from conftest import MINILM_HF, REPO, gin_params, requires_minilm, start_server
 
 GIN_FILE = "gin/tasks/embedding.gin"
 SQUAD_DEV = os.path.join(REPO, ".cache", "squad", "dev-v1.1.json")
@@ -202,13 +202,29 @@ def test_training_raises_mrr_and_the_export_retrieves_what_the_run_reported(
                                                           abs=1e-6)
 
 
-def test_huggingface_folder_gives_the_predictors_vectors(trained, tmp_path):
-  """--to=huggingface writes a sentence-transformers folder (modules.json,
-  mean pooling, Normalize); read back, its encoder pooled as it says gives
-  `Predictor.embed`'s vectors on sentences training never saw."""
+def test_served_and_huggingface_vectors_are_the_predictors(trained, tmp_path):
+  """`bertexp serve` answers serve_text with the embeddings over TF
+  Serving's REST API; --to=huggingface writes a sentence-transformers
+  folder (modules.json, mean pooling, Normalize) which, read back and
+  pooled as it says, gives `Predictor.embed`'s vectors. On sentences
+  training never saw."""
   want = bertexp.Predictor(trained).embed(UNSEEN)
   assert want.shape == (len(UNSEEN), 32)
   np.testing.assert_allclose(np.linalg.norm(want, axis=1), 1.0, rtol=1e-5)
+  import requests
+  process, rest, _ = start_server(os.path.join(trained, "export"),
+                                  name="search")
+  try:
+    reply = requests.post(
+        f"http://127.0.0.1:{rest}/v1/models/search:predict",
+        json={"signature_name": "serve_text", "instances": [
+            {"text": text} for text in UNSEEN]}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    served = np.array(reply.json()["predictions"], np.float32)
+  finally:
+    process.terminate()
+    process.wait(timeout=60)
+  assert np.abs(served - want).max() < 1e-5
   folder = str(tmp_path / "hf")
   assert cli.main(["convert-checkpoint", "--to=huggingface",
                    f"--input={trained}", f"--output={folder}"]) == 0

@@ -7,7 +7,9 @@ paragraph kept out of each other's negatives),
 then searches all dev-set paragraphs for dev questions, against BM25
 (bm25s, a maintained implementation) and the model as shipped. Writes
 runs/retrieval/results.json and results.md (MRR@10, recall@1, recall@10:
-mean ± std over the seeds) and keeps seed 1's run in runs/retrieval/model.
+mean ± std over the seeds) and keeps seed 1's run, exported, in
+runs/retrieval/model and as a sentence-transformers folder in
+runs/retrieval/sentence_transformers.
 
     python tools/retrieval_demo.py [--seeds=1,2,3] [--train_pairs=3200]
 """
@@ -19,7 +21,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -149,6 +150,21 @@ def fine_tune(seed, model_dir):
   return summary, summary["wall_time_seconds"]
 
 
+def publish(run):
+  """Exports `run` (its last checkpoint: a SavedModel whose serve_text
+  returns embeddings) and copies it to runs/retrieval/model, with its
+  sentence-transformers folder in runs/retrieval/sentence_transformers."""
+  _bertexp("train", f"--gin_file={GIN}", f"--gin_param=MODEL_DIR=\"{run}\"",
+           "--mode=export")
+  model = os.path.join(OUT, "model")
+  shutil.rmtree(model, ignore_errors=True)
+  shutil.copytree(run, model)
+  folder = os.path.join(OUT, "sentence_transformers")
+  shutil.rmtree(folder, ignore_errors=True)
+  _bertexp("convert-checkpoint", "--to=huggingface", f"--input={model}",
+           f"--output={folder}")
+
+
 def _mean_std(values):
   return float(np.mean(values)), float(np.std(values, ddof=1)) if len(
       values) > 1 else 0.0
@@ -193,9 +209,7 @@ def main():
              "dev_questions": args.dev_questions,
              "cpu": platform.processor() or platform.machine(),
              "per_seed": [r for r, _ in runs]}
-  shutil.rmtree(os.path.join(OUT, "model"), ignore_errors=True)
-  shutil.copytree(os.path.join(OUT, f"seed_{seeds[0]}"),
-                  os.path.join(OUT, "model"))
+  publish(os.path.join(OUT, f"seed_{seeds[0]}"))
   with open(os.path.join(OUT, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
   with open(os.path.join(OUT, "results.md"), "w") as f:

@@ -9,7 +9,6 @@ what INIT_CHECKPOINT, `bertexp.load_encoder` and `prepare --tokenizer` take.
 import dataclasses
 import json
 import logging
-import math
 
 import numpy as np
 import tensorflow as tf

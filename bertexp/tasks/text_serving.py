@@ -7,6 +7,7 @@ Shape legend: B batch, S max_seq_length.
 import tensorflow as tf
 
 from bertexp.data import tokenization
+from bertexp.tasks import base
 from bertexp.util import serving_weights
 
 _TEXT = tf.TensorSpec([None], tf.string)
@@ -92,3 +93,26 @@ class PackedTextServing(TextPacker):
 
   def _outputs(self, inputs):
     return self._serving_outputs(self.model(inputs, training=False))
+
+
+def from_meta(model, serving_outputs, meta, meta_data_path,
+              num_text_features):
+  """A PackedTextServing that packs text as `bertexp prepare` recorded in
+  its meta data (vocabulary, casing, max_seq_length, tokenizer family), or
+  None (with a warning) when the vocabulary file is not there any more.
+
+  Args:
+    model, serving_outputs: as for PackedTextServing.
+    meta: the meta data; meta_data_path: its file (for the warning).
+    num_text_features: 1 (`text`) or 2 (`text_a`, `text_b`).
+  """
+  vocab = base.serving_vocab(meta, meta_data_path)
+  if vocab is None:
+    return None
+  return PackedTextServing(
+      model, serving_outputs, vocab_file=vocab,
+      do_lower_case=meta.get("do_lower_case", True),
+      max_seq_length=meta["max_seq_length"],
+      num_text_features=num_text_features,
+      **tokenization.meta_fields(meta.get("tokenizer_family"),
+                                 meta.get("keep_accents", False)))

@@ -105,6 +105,24 @@ def embedding_data(tmp_path_factory):
                          order=order, tpu={})}
 
 
+def _converted_model(folder, texts, length, tmp_path):
+  """(the EmbeddingTask of a converted folder, its model with the folder's
+  weights, `texts` packed to `length`): the task's pooling is what the
+  folder's sentence_pooling.json says."""
+  meta = tmp_path / "meta"
+  meta.write_text(json.dumps({"max_seq_length": length,
+                              "max_query_length": length, "splits": {}}))
+  task = embedding_task.EmbeddingTask(
+      bert_config_file=f"{folder}/bert_config.json", meta_data_path=str(meta),
+      init_checkpoint=f"{folder}/bert_model.ckpt")
+  model = task.build_model()
+  run_dir.restore_encoder(model.encoder, f"{folder}/bert_model.ckpt")
+  tokenizer = tokenization.load(os.path.join(folder, "vocab.txt"))
+  ids, _ = tokenization.pack(tokenizer, tokenizer.tokenize(list(texts)), None,
+                             length)
+  return task, model, ids
+
+
 def test_converted_all_minilm_gives_sentence_transformers_embeddings(
     tmp_path):
   """all-MiniLM-L6-v2 converted from its sentence-transformers folder:
@@ -118,20 +136,11 @@ def test_converted_all_minilm_gives_sentence_transformers_embeddings(
   with open(os.path.join(out, "sentence_pooling.json")) as f:
     assert json.load(f) == {"mode": "mean", "normalize": True,
                             "max_seq_length": 256}
-  meta = tmp_path / "meta"
-  meta.write_text(json.dumps({"max_seq_length": 128, "max_query_length": 128,
-                              "splits": {}}))
-  task = embedding_task.EmbeddingTask(
-      bert_config_file=f"{out}/bert_config.json", meta_data_path=str(meta),
-      init_checkpoint=f"{out}/bert_model.ckpt")
-  assert (task.pooling, task.normalize) == ("mean", True)
-  model = task.build_model()
-  run_dir.restore_encoder(model.encoder, f"{out}/bert_model.ckpt")
   with open(GOLDEN) as f:
     cases = json.load(f)["cases"]
-  tokenizer = tokenization.load(VOCAB)
-  ids, _ = tokenization.pack(
-      tokenizer, tokenizer.tokenize([c["text"] for c in cases]), None, 128)
+  task, model, ids = _converted_model(out, [c["text"] for c in cases], 128,
+                                      tmp_path)
+  assert (task.pooling, task.normalize) == ("mean", True)
   got = model(ids, training=False).numpy()[:, 0]
   want = np.array([c["embedding"] for c in cases], np.float32)
   assert np.abs(got - want).max() < 1e-5
@@ -237,16 +246,7 @@ def test_served_and_huggingface_vectors_are_the_predictors(trained, tmp_path):
       "word_embedding_dimension"] == 32
   back = str(tmp_path / "back")
   converters.convert_huggingface(folder, back)
-  meta = tmp_path / "meta"
-  meta.write_text(json.dumps({"max_seq_length": 48, "max_query_length": 48,
-                              "splits": {}}))
-  task = embedding_task.EmbeddingTask(
-      bert_config_file=f"{back}/bert_config.json", meta_data_path=str(meta),
-      init_checkpoint=f"{back}/bert_model.ckpt")
-  model = task.build_model()
-  run_dir.restore_encoder(model.encoder, f"{back}/bert_model.ckpt")
-  tokenizer = tokenization.load(VOCAB)
-  ids, _ = tokenization.pack(tokenizer, tokenizer.tokenize(UNSEEN), None, 48)
+  _, model, ids = _converted_model(back, UNSEEN, 48, tmp_path)
   got = model(ids, training=False).numpy()[:, 0]
   assert np.abs(got - want).max() < 1e-5
 

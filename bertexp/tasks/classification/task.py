@@ -11,7 +11,6 @@ from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import prepare
-from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
@@ -347,16 +346,9 @@ class ClassificationTask(base.RecordTask):
   def text_serving(self, model):
     """`serve_text`: raw text packed as `bertexp prepare` packed it (None,
     with a warning, when the meta data's vocab_file is not there)."""
-    vocab = base.serving_vocab(self.meta, self.meta_data_path)
-    if vocab is None:
-      return None
-    return text_serving.PackedTextServing(
-        model, self.serving_outputs, vocab_file=vocab,
-        do_lower_case=self.meta.get("do_lower_case", True),
-        max_seq_length=self.meta["max_seq_length"],
-        num_text_features=self.meta.get("num_text_features", 1),
-        **tokenization.meta_fields(self.meta.get("tokenizer_family"),
-                                   self.meta.get("keep_accents", False)))
+    return text_serving.from_meta(
+        model, self.serving_outputs, self.meta, self.meta_data_path,
+        self.meta.get("num_text_features", 1))
 
   def input_files(self):
     return {"vocab_file": self.meta.get("vocab_file"),

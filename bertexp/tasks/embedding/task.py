@@ -21,12 +21,10 @@ documents for pairs), S tokens, D embedding width.
 import gin
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from bertexp.checkpoints import sentence_transformers
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model import onnx_graph
@@ -310,15 +308,8 @@ class EmbeddingTask(base.RecordTask):
   def text_serving(self, model):
     """`serve_text`: text [B] -> embeddings [B, D], each text packed alone
     to max_seq_length as `bertexp prepare pairs` packs documents."""
-    vocab = base.serving_vocab(self.meta, self.meta_data_path)
-    if vocab is None:
-      return None
-    return text_serving.PackedTextServing(
-        model, self.serving_outputs, vocab_file=vocab,
-        do_lower_case=self.meta.get("do_lower_case", True),
-        max_seq_length=self.meta["max_seq_length"], num_text_features=1,
-        **tokenization.meta_fields(self.meta.get("tokenizer_family"),
-                                   self.meta.get("keep_accents", False)))
+    return text_serving.from_meta(model, self.serving_outputs, self.meta,
+                                  self.meta_data_path, 1)
 
   def text_packer(self, model):
     serving = self.text_serving(model)

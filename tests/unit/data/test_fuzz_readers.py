@@ -473,3 +473,33 @@ def test_prepare_tagging_reads_or_names_the_line_and_leaves_nothing(
     for name in os.listdir(output_dir):
       os.remove(os.path.join(output_dir, name))
     os.rmdir(output_dir)
+
+
+PAIR_FIELDS = st.sampled_from(["query", "positive", "negative", "doc", "text_a",
+                               "text_b", "score", "id", "_id", "text", "title",
+                               "query_id", "doc_id", "relevance", "qid"])
+PAIR_ROWS = st.lists(st.dictionaries(PAIR_FIELDS, JSON_VALUES | TEXT,
+                                     max_size=6), max_size=5)
+
+
+def _pair_files():
+  """JSONL rows of the embedding task's fields with any value, or any
+  table / bytes, under each of its suffixes."""
+  return st.tuples(
+      _utf8_or_bytes(TEXT) |
+      PAIR_ROWS.map(lambda rows: "".join(json.dumps(r) + "\n" for r in rows)),
+      st.sampled_from([".jsonl", ".tsv", ".csv", ".txt"]))
+
+
+@FUZZ
+@given(file=_pair_files(), reader=st.sampled_from(
+    ["pairs", "scored", "corpus", "qrels"]))
+def test_embedding_pair_files(file, reader):
+  from bertexp.tasks.embedding import data as pair_data
+  content, suffix = file
+  read = {"pairs": lambda p: pair_data.read_pairs(
+              p, negative_columns=["negative"], positive_id_column="doc"),
+          "scored": pair_data.read_scored,
+          "corpus": lambda p: pair_data.read_texts(p, "document"),
+          "qrels": pair_data.read_qrels}[reader]
+  _clear_error_or_result(read, f"embedding {reader}", _file(content, suffix))

@@ -95,6 +95,12 @@ class Task(abc.ABC):
   # padding): True for inputs of one left-aligned sequence per row; a task
   # whose rows hold several sequences end to end says False.
   dynamic_padding: bool = True
+  # Whether the loss gathers outputs across replicas inside the step
+  # (ReplicaContext.all_gather: in-batch negatives over the global batch).
+  # Mirrored replicas cannot XLA-compile such a step's forward and backward
+  # pass on their own (jit_compile); the trainer then runs them uncompiled
+  # there (a TPU compiles the whole replica step).
+  gathers_across_replicas: bool = False
 
   @abc.abstractmethod
   def build_model(self) -> tf_keras.Model:

@@ -197,6 +197,21 @@ class StepSettings:
   max_consecutive_bad_steps: int = 25
 
 
+def _compiles_alone(settings, task, tpu):
+  """Whether each replica's forward and backward pass is XLA-compiled as a
+  function of its own: with jit_compile, unless the task's loss gathers
+  across replicas and the replicas are not a TPU's (a collective inside a
+  nested compiled function cannot reach mirrored replicas)."""
+  if not settings.jit_compile:
+    return False
+  if task.gathers_across_replicas and not tpu:
+    logging.warning("jit_compile: %s's loss gathers across replicas; its "
+                    "step runs uncompiled on these replicas (a TPU compiles "
+                    "it whole)", type(task).__name__)
+    return False
+  return True
+
+
 class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
@@ -240,7 +255,8 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # has its control flow written out (tf.cond, tf.while_loop).
     self._gradient_fn = (tf.function(self._gradients, jit_compile=True,
                                      autograph=False)
-                         if settings.jit_compile else self._gradients)
+                         if _compiles_alone(settings, task, tpu)
+                         else self._gradients)
     self._eval_datasets = {}
     self._eval_step_fn = None
     self._loop_start = None

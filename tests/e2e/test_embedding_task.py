@@ -271,18 +271,23 @@ def test_onnx_export_embeds_as_keras(embedding_data, trained, tmp_path):
 def test_pairs_equal_on_one_replica_two_replicas_and_two_workers(
     embedding_data, tmp_path):
   """In-batch negatives gathered from every replica (with a hard negative
-  per row and duplicate positives in the batch): 2 mirrored CPU replicas
-  and 2 localhost workers give the 1-replica weights, loss, gradient norm
-  and retrieval metrics."""
+  per row and duplicate positives in the batch): 2 mirrored CPU replicas,
+  2 localhost workers and the TPU check's 2 replicas (jit_compile: this
+  step runs uncompiled there, Task.gathers_across_replicas) give the
+  1-replica weights, loss, gradient norm and retrieval metrics."""
   spec = embedding_data["pairs"]
-  runs = {name: str(tmp_path / name) for name in ("one", "mirrored", "workers")}
+  float32 = ['bertexp.configure_numerics.precision="float32"']
+  runs = {name: str(tmp_path / name)
+          for name in ("one", "mirrored", "workers", "tpu_check")}
   for name, strategy in (("one", "default"), ("mirrored", "mirrored_2")):
-    mf.run_in_process(spec, runs[name], mf.STRATEGIES[strategy],
-                      ['bertexp.configure_numerics.precision="float32"'])
-  mf.run_two_workers(spec, runs["workers"],
-                     ['bertexp.configure_numerics.precision="float32"'])
+    mf.run_in_process(spec, runs[name], mf.STRATEGIES[strategy], float32)
+  mf.run_two_workers(spec, runs["workers"], float32)
+  assert cli.main(mf.train_args(
+      [spec["gin_file"], "runtime/tpu_check.gin"],
+      mf.run_params(spec, runs["tpu_check"], CPU_REPLICAS=2),
+      list(spec["order"]) + float32)) == 0
   assert "mrr@10" in mf.summary(runs["one"])["eval_metrics"]
-  for name in ("mirrored", "workers"):
+  for name in ("mirrored", "workers", "tpu_check"):
     mf.assert_equal_runs(runs[name], runs["one"],
                          spec["params"]["INIT_CHECKPOINT"])
 

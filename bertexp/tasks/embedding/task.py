@@ -169,6 +169,8 @@ class EmbeddingTask(base.RecordTask):
 
   # Rows hold several texts end to end: never cut to the longest real one.
   dynamic_padding = False
+  # In-batch negatives and CoSENT gather every replica's outputs.
+  gathers_across_replicas = True
 
   def __init__(self, *, bert_config_file=gin.REQUIRED,
                meta_data_path=gin.REQUIRED, train_data_path=None,

@@ -53,8 +53,10 @@ def _macro(run_folder, name):
   config = fileio.join(run_folder, "config.gin")
   if not tf.io.gfile.exists(config):
     return None
-  found = re.findall(rf"^\s*{name}\s*=\s*['\"](.+?)['\"]\s*$",
-                     fileio.read_text(config), flags=re.M)
+  # gin writes a long value on the next line, after a backslash.
+  text = re.sub(r"\\\n\s*", "", fileio.read_text(config))
+  found = re.findall(rf"^\s*{name}\s*=\s*['\"](.+?)['\"]\s*$", text,
+                     flags=re.M)
   return found[-1] if found else None
 
 

@@ -59,9 +59,11 @@ def test_minilm_matches_outputs_hugging_face_computed(converted):
 
 def test_converted_folder_loads(converted):
   out, _ = converted
+  # all-MiniLM-L6-v2 is a sentence-transformers folder: its pooling comes
+  # along.
   assert sorted(os.listdir(out)) == [
       "bert_config.json", "bert_model.ckpt.data-00000-of-00001",
-      "bert_model.ckpt.index", "vocab.txt"]
+      "bert_model.ckpt.index", "sentence_pooling.json", "vocab.txt"]
   encoder = bertexp.load_encoder(os.path.join(out, "bert_config.json"),
                                  os.path.join(out, "bert_model.ckpt"))
   assert encoder.config.hidden_size == 384

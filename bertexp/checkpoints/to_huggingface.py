@@ -22,7 +22,6 @@ checkpoint, unless given.
 """
 import dataclasses
 import json
-import re
 from typing import Callable, Sequence
 
 import numpy as np
@@ -32,6 +31,7 @@ from bertexp.checkpoints import run_dir
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.util import fileio
+from bertexp.util import gin_text
 
 _SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -53,11 +53,7 @@ def _macro(run_folder, name):
   config = fileio.join(run_folder, "config.gin")
   if not tf.io.gfile.exists(config):
     return None
-  # gin writes a long value on the next line, after a backslash.
-  text = re.sub(r"\\\n\s*", "", fileio.read_text(config))
-  found = re.findall(rf"^\s*{name}\s*=\s*['\"](.+?)['\"]\s*$", text,
-                     flags=re.M)
-  return found[-1] if found else None
+  return gin_text.string_macros(fileio.read_text(config)).get(name)
 
 
 def encoder_tensors(checkpoint, object_path, config, source):

@@ -39,6 +39,7 @@ from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks.distillation import teacher_targets
 from bertexp.util import fileio
+from bertexp.util import gin_text
 
 STUDENT_INITS = ("teacher_layers", "checkpoint", "random")
 
@@ -109,9 +110,10 @@ def teacher_config_from_run(teacher):
 
 
 def _bound_config_file(gin_path):
+  text = fileio.read_text(gin_path)
+  macros = gin_text.string_macros(text)
   # gin writes long values on a continuation line ("NAME = \\\n    '...'").
-  text = re.sub(r"\\\n\s*", "", fileio.read_text(gin_path))
-  macros = dict(re.findall(r"^(\w+) = ['\"](.*)['\"]\s*$", text, re.M))
+  text = re.sub(r"\\\n\s*", "", text)
   match = re.search(r"^[\w.]*bert_config_file = (\S.*?)\s*$", text, re.M)
   if match:
     value = match.group(1)

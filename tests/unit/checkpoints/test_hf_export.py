@@ -174,18 +174,3 @@ def test_a_checkpoint_with_two_declared_heads_is_refused(tmp_path, tiny_config,
   assert "heads of 2 tasks (classifier, tagger)" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "hf")
 
-
-def test_a_run_s_long_paths_are_read_from_config_gin(tmp_path):
-  """gin writes a value too long for one line after `NAME = \\`: the run's
-  BERT_CONFIG_FILE is found all the same (it was not, for paths of about
-  70 characters and more)."""
-  import gin
-  from bertexp.checkpoints import to_huggingface
-  long_path = str(tmp_path / ("a_rather_long_folder_name_" * 3) /
-                  "bert_config.json")
-  gin.parse_config(f"BERT_CONFIG_FILE = '{long_path}'\nSHORT = 'x'")
-  text = gin.config_str()
-  assert "BERT_CONFIG_FILE = \\\n" in text
-  (tmp_path / "config.gin").write_text(text)
-  assert to_huggingface._macro(str(tmp_path), "BERT_CONFIG_FILE") == long_path
-  assert to_huggingface._macro(str(tmp_path), "SHORT") == "x"

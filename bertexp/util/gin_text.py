@@ -1,0 +1,13 @@
+"""Reading a run's written gin files (config.gin, operative_config.gin)
+without parsing them: what another command needs from a finished run."""
+import re
+from typing import Dict
+
+
+def string_macros(text: str) -> Dict[str, str]:
+  """{NAME: value} of the string macros (`NAME = 'value'`) of gin text,
+  the last binding of a name winning. gin writes a value too long for one
+  line after `NAME = \\` on the next line; those are read too."""
+  unwrapped = re.sub(r"\\\n\s*", "", text)
+  return dict(re.findall(r"^\s*(\w+)\s*=\s*['\"](.*?)['\"]\s*$", unwrapped,
+                         flags=re.M))

@@ -102,6 +102,12 @@ class Task(abc.ABC):
   # there (a TPU compiles the whole replica step).
   gathers_across_replicas: bool = False
 
+  @property
+  def eval_dynamic_padding(self) -> bool:
+    """Whether evaluation and prediction batches may be cut to their
+    longest real sequence (default: as training's, `dynamic_padding`)."""
+    return self.dynamic_padding
+
   @abc.abstractmethod
   def build_model(self) -> tf_keras.Model:
     """The model, variables created (call inside strategy.scope()).

@@ -244,6 +244,11 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     # sequence per row (Task.dynamic_padding): the multiple padding uses.
     self.pad_to_multiple_of = (None if tpu or not task.dynamic_padding
                                else settings.pad_to_multiple_of)
+    # Evaluation rows may be single texts where training rows are not
+    # (Task.eval_dynamic_padding).
+    self.eval_pad_to_multiple_of = (
+        None if tpu or not task.eval_dynamic_padding
+        else settings.pad_to_multiple_of)
     self.strategy = strategy
     self.total_steps = total_steps
     self.global_step = optimizer.iterations
@@ -349,7 +354,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
 
   def _replica_step(self, features, labels):
     """One replica's part of a train step (see the module docstring)."""
-    features = self._trim(features)
+    features = self._trim(features, self.pad_to_multiple_of)
     context = tf.distribute.get_replica_context()
     replicas = self.strategy.num_replicas_in_sync
     # Loss denominators over the global batch: from the labels alone, so
@@ -540,21 +545,21 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
               ctx.get_per_replica_batch_size(self.settings.eval_batch_size)))
     return self._eval_datasets[split]
 
-  def _trim(self, features):
-    """Dynamic padding (see `bertexp.data.pipeline.trimmed_length`), to one
-    length on every replica: the global batch's, so a step computes on the
-    shapes a one-replica run would (and gathered per-token outputs line up)."""
-    if not self.pad_to_multiple_of:
+  def _trim(self, features, multiple):
+    """Dynamic padding to a `multiple` (see
+    `bertexp.data.pipeline.trimmed_length`; None: no cut), to one length on
+    every replica: the global batch's, so a step computes on the shapes a
+    one-replica run would (and gathered per-token outputs line up)."""
+    if not multiple:
       return features
-    length = pipeline.trimmed_length(features["input_mask"],
-                                     self.pad_to_multiple_of)
+    length = pipeline.trimmed_length(features["input_mask"], multiple)
     if self.strategy.num_replicas_in_sync > 1:
       length = tf.cast(tf.reduce_max(
           _gather_replicas(tf.reshape(length, [1]))), tf.int32)
     return pipeline.trim_to(features, length)
 
   def _eval_replica_step(self, features, labels):
-    features = self._trim(features)
+    features = self._trim(features, self.eval_pad_to_multiple_of)
     outputs = self.model(features, training=False)
     per_example = dict(self.task.eval_outputs(features, labels, outputs))
     if "position" in features:

@@ -274,7 +274,10 @@ def test_pairs_equal_on_one_replica_two_replicas_and_two_workers(
   per row and duplicate positives in the batch): 2 mirrored CPU replicas,
   2 localhost workers and the TPU check's 2 replicas (jit_compile: this
   step runs uncompiled there, Task.gathers_across_replicas) give the
-  1-replica weights, loss, gradient norm and retrieval metrics."""
+  1-replica weights, loss, gradient norm and retrieval metrics. The TPU
+  check keeps static shapes, so it also shows evaluation batches cut to
+  their longest text (the others: Task.eval_dynamic_padding) score as
+  whole ones."""
   spec = embedding_data["pairs"]
   float32 = ['bertexp.configure_numerics.precision="float32"']
   runs = {name: str(tmp_path / name)

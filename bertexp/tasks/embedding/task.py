@@ -217,6 +217,12 @@ class EmbeddingTask(base.RecordTask):
                        f"{sorted(self.meta['splits'])})")
     return layout
 
+  @property
+  def eval_dynamic_padding(self):
+    """Retrieval evaluation rows hold one text each: cut to the longest in
+    the batch (short queries cost little); scored pairs hold two."""
+    return self.meta["splits"].get("eval", {}).get("layout") == "retrieval"
+
   def _width(self, layout):
     if layout["layout"] == "retrieval":
       return self.meta["max_seq_length"]

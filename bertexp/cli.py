@@ -110,7 +110,7 @@ def cmd_sweep(args):
           "trials are skipped, the others restart from their checkpoints)",
           file=sys.stderr, flush=True)
     raise SystemExit(130) from None
-  failed = [r for r in results if r["status"] != "done"]
+  failed = [r for r in results if r["status"] == "failed"]
   if failed:
     print(f"{len(failed)} trial(s) failed: see their log.txt", flush=True)
 
@@ -192,7 +192,7 @@ def _training_commands(sub, add):
   sw.add_argument("--gin_file", action="append", required=True)
   sw.add_argument("--gin_param", action="append", default=[],
                   help="applies to every trial (repeatable)")
-  sw.add_argument("--grid", required=True,
+  sw.add_argument("--grid",
                   help="paper_table1, paper_a3, small_bert or a .py file "
                        "defining grid()")
   sw.add_argument("--seeds", type=int, default=1, help="seeds per configuration")
@@ -208,6 +208,21 @@ def _training_commands(sub, add):
                   help="run at most this many unfinished trials, then stop")
   sw.add_argument("--dry_run", action="store_true",
                   help="print the trials with their steps and warmup")
+  sw.add_argument("--storage",
+                  help="the Optuna study's database URL, shared by every "
+                  "machine of the sweep (default: sqlite:///OUTPUT_DIR/study.db)")
+  sw.add_argument("--study_name",
+                  help="the study's name in --storage (default: the "
+                  "output folder's name)")
+  sw.add_argument("--search_space",
+                  help="a JSON search space: a TPE search instead of a grid")
+  sw.add_argument("--n_trials", type=int,
+                  help="trials of the search, over all machines")
+  sw.add_argument("--prune", choices=("median", "hyperband"),
+                  help="stop trials whose evaluations trail the others'")
+  sw.add_argument("--heartbeat_seconds", type=int, default=30,
+                  help="a trial silent for 4x this long is taken as lost "
+                  "and run again")
   sw.set_defaults(func=cmd_sweep)
 
   res = add(sub, "results", help="a sweep's table and plot, from disk")

@@ -20,11 +20,23 @@ import statistics
 from bertexp.util import fileio
 
 
+def _trials(output_dir, definition):
+  """A grid's trials (sweep.json), or a search's: those its workers started
+  (each folder's trial.json), in the order the study numbered them."""
+  if not definition.get("search_space"):
+    return definition["trials"]
+  started = []
+  for path in sorted(glob.glob(os.path.join(output_dir, "*", "trial.json"))):
+    trial = fileio.read_json(path)
+    started.append({"name": trial["trial"], "bindings": trial["bindings"]})
+  return started
+
+
 def collect(output_dir):
-  """Rows from sweep.json's trials and each trial's files."""
+  """Rows from the sweep's trials and each trial's files."""
   definition = fileio.read_json(os.path.join(output_dir, "sweep.json"))
   rows = []
-  for trial in definition["trials"]:
+  for trial in _trials(output_dir, definition):
     folder = os.path.join(output_dir, trial["name"])
     row = {"trial": trial["name"], "bindings": trial["bindings"],
            "status": "not run", "metric": None, "eval": {}}

@@ -1,10 +1,11 @@
-"""`bertexp sweep`: one trial per (grid binding set, seed), each a complete
-trial.gin run in its own process; resumable; results table and plot.
+"""`bertexp sweep`: one trial per (grid binding set, seed) or per point of a
+TPE search, each a complete trial.gin run in its own process, pulled from an
+Optuna study (bertexp.sweeps.study) that any number of `bertexp sweep`
+processes share; resumable; results table and plot.
 
     OUTPUT_DIR/sweep.json            the sweep's definition (trials, base files)
-    OUTPUT_DIR/<trial>/trial.gin     reruns the trial alone
-    OUTPUT_DIR/<trial>/trial_result.json   status (done / failed + error)
-    OUTPUT_DIR/<trial>/log.txt       the trial process's output
+    OUTPUT_DIR/study.db              the study (SQLite; unless --storage)
+    OUTPUT_DIR/<trial>/              see bertexp.sweeps.worker
     OUTPUT_DIR/results.{csv,md,png}  see bertexp.sweeps.results
     OUTPUT_DIR/out_of_fold/          with --folds: each configuration and
                                      seed's predictions for every training row
@@ -15,10 +16,9 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
-import threading
 from typing import Optional, Tuple
+
+import gin
 
 from bertexp import gin_setup
 from bertexp.sweeps import grids
@@ -103,57 +103,6 @@ def trial_gin_text(trial, gin_files, gin_params, model_dir, cpu_threads):
   return "\n".join(lines) + "\n"
 
 
-def _status(folder):
-  path = os.path.join(folder, "trial_result.json")
-  return fileio.read_json(path).get("status") if os.path.exists(path) else None
-
-
-def _error_excerpt(log_path, lines=15):
-  with open(log_path, errors="replace") as f:
-    text = f.read().splitlines()
-  errors = [l for l in text if l.startswith("bertexp: error:")]
-  return errors[-1] if errors else "\n".join(text[-lines:])
-
-
-class _Runner:
-  """Runs trial processes; terminates them all if the sweep is interrupted."""
-
-  def __init__(self):
-    self.processes, self.lock = set(), threading.Lock()
-    self.stopping = False
-
-  def run(self, trial, folder):
-    log_path = os.path.join(folder, "log.txt")
-    # A fold's trial also predicts its held-out rows (out-of-fold).
-    mode = "train_eval_predict" if "FOLD" in trial.bindings else "train_and_eval"
-    command = [sys.executable, "-m", "bertexp.cli", "train",
-               f"--gin_file={os.path.join(folder, 'trial.gin')}",
-               f"--mode={mode}"]
-    with open(log_path, "a") as log:
-      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-      with self.lock:
-        self.processes.add(process)
-      code = process.wait()
-      with self.lock:
-        self.processes.discard(process)
-    status = "done" if code == 0 else (
-        "interrupted" if self.stopping else "failed")
-    result = {"trial": trial.name, "bindings": trial.bindings,
-              "status": status, "exit_code": code}
-    if status == "failed":
-      result["error"] = _error_excerpt(log_path)
-    fileio.write_json(os.path.join(folder, "trial_result.json"), result)
-    print(f"[{result['status']}] {trial.name}"
-          + (f": {result['error']}" if status == "failed" else ""), flush=True)
-    return result
-
-  def stop(self):
-    self.stopping = True
-    with self.lock:
-      for process in self.processes:
-        process.terminate()
-
-
 def _raise_interrupt(signum, frame):
   raise KeyboardInterrupt(f"signal {signum}")
 
@@ -170,10 +119,21 @@ class SweepSettings:
     folds: k-fold cross-validation over data prepared with --folds=K (each
       configuration x seed runs every fold), or None.
     parallel: trials at once.
-    max_trials: run at most this many of the pending trials (None: all).
+    max_trials: run at most this many trials in this process (None: until
+      the study is done).
     dry_run: print the trials and their schedules only.
+    storage: the study's database URL (None: OUTPUT_DIR/study.db, SQLite).
+    study_name: the study's name in it (None: OUTPUT_DIR's folder name).
+    search_space: a JSON search space file: a TPE search of n_trials
+      trials instead of a grid.
+    n_trials: the search's trials, over all workers.
+    prune: None, "median" or "hyperband": stop trials whose evaluations
+      trail the others'.
+    heartbeat_seconds: how often a running trial's heartbeat is recorded; a
+      trial silent for 4x as long is taken as lost and queued again.
   Raises:
-    ValueError: parallel or seeds below 1.
+    ValueError: parallel or seeds below 1, or a search without its count
+      or with a grid.
   """
   grid: str
   gin_files: Tuple[str, ...]
@@ -185,10 +145,29 @@ class SweepSettings:
   parallel: int = 1
   max_trials: Optional[int] = None
   dry_run: bool = False
+  storage: Optional[str] = None
+  study_name: Optional[str] = None
+  search_space: Optional[str] = None
+  n_trials: Optional[int] = None
+  prune: Optional[str] = None
+  heartbeat_seconds: int = 30
 
   def __post_init__(self):
     if self.parallel < 1 or self.seeds < 1:
       raise ValueError("--parallel and --seeds must be at least 1")
+    if self.heartbeat_seconds < 1:
+      raise ValueError("--heartbeat_seconds must be at least 1")
+    if self.prune not in (None, "median", "hyperband"):
+      raise ValueError(f"--prune={self.prune}: expected median or hyperband")
+    if self.search_space:
+      if self.grid or self.folds or self.seeds != 1:
+        raise ValueError("--search_space is a search: give it no --grid, "
+                         "--folds or --seeds (the seed is --first_seed)")
+      if not self.n_trials or self.n_trials < 1:
+        raise ValueError("--search_space needs --n_trials (at least 1)")
+    elif not self.grid:
+      raise ValueError("give --grid (a grid) or --search_space and "
+                       "--n_trials (a TPE search)")
 
   @classmethod
   def from_flags(cls, args):
@@ -198,7 +177,10 @@ class SweepSettings:
                gin_params=tuple(args.gin_param or ()), seeds=args.seeds,
                first_seed=args.first_seed, folds=args.folds,
                parallel=args.parallel, max_trials=args.max_trials,
-               dry_run=args.dry_run)
+               dry_run=args.dry_run, storage=args.storage,
+               study_name=args.study_name, search_space=args.search_space,
+               n_trials=args.n_trials, prune=args.prune,
+               heartbeat_seconds=args.heartbeat_seconds)
 
 
 def _definition(sweep, trials):
@@ -206,6 +188,7 @@ def _definition(sweep, trials):
           "gin_params": list(sweep.gin_params),
           "grid": sweep.grid, "seeds": sweep.seeds,
           "first_seed": sweep.first_seed, "folds": sweep.folds,
+          "search_space": sweep.search_space, "n_trials": sweep.n_trials,
           "trials": [{"name": t.name, "bindings": t.bindings} for t in trials]}
 
 
@@ -237,29 +220,95 @@ def plan(trials, gin_files, gin_params, output_dir):
   return rows
 
 
+def _print_plan(sweep, trials):
+  print(f"{len(trials)} trials ({sweep.grid} x {sweep.seeds} seeds):")
+  for row in plan(trials, list(sweep.gin_files), list(sweep.gin_params),
+                  sweep.output_dir):
+    if "unavailable" in row:
+      print(f"  {row['trial']}: {row['bindings']} (no schedule yet: "
+            f"{row['unavailable']})", flush=True)
+      continue
+    print(f"  {row['trial']}: global batch {row['global_batch_size']}, "
+          f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
+          f"evaluation), warmup {row['warmup_steps']}", flush=True)
+
+
+def _direction(gin_files, gin_params, bindings, output_dir):
+  """"maximize" or "minimize": the experiment's best_mode ("max" unless
+  bound otherwise), which the study optimises the selection metric by
+  (read with one trial's `bindings`)."""
+  gin_setup.parse_gin(gin_files, list(gin_params) + [
+      f"{k}={_gin_literal(v)}" for k, v in bindings.items()] + [
+          f"MODEL_DIR={_gin_literal(output_dir)}"])
+  mode = "max"
+  for name in ("bertexp.CheckpointSettings.best_mode",
+               "bertexp.experiment.best_mode"):
+    try:
+      mode = gin.query_parameter(name)
+    except ValueError:          # not bound
+      continue
+  gin.clear_config()
+  return {"max": "maximize", "min": "minimize"}[mode]
+
+
+def _open_study(sweep, trials):
+  """The sweep's SweepStudy: created (and its grid queued) by the first
+  worker, joined by the others."""
+  from bertexp.sweeps import study as study_lib
+  space = (study_lib.load_search_space(sweep.search_space)
+           if sweep.search_space else None)
+  example = trials[0].bindings if trials else study_lib.example_point(space)
+  options = study_lib.StudyOptions(
+      storage=sweep.storage or study_lib.default_storage(sweep.output_dir),
+      study_name=sweep.study_name or os.path.basename(
+          os.path.abspath(sweep.output_dir)),
+      direction=_direction(sweep.gin_files, sweep.gin_params, example,
+                           sweep.output_dir),
+      pruner=sweep.prune, heartbeat_seconds=sweep.heartbeat_seconds,
+      seed=sweep.first_seed)
+  if sweep.search_space:
+    return study_lib.SweepStudy(
+        options, search_space=space,
+        n_trials=sweep.n_trials, fixed={"SEED": sweep.first_seed},
+        namer=trial_name)
+  return study_lib.SweepStudy(options, grid=[(t.name, t.bindings)
+                                             for t in trials])
+
+
+def _report_finished(study):
+  from optuna.trial import TrialState
+  for frozen in study.trials(states=(TrialState.COMPLETE,
+                                     TrialState.PRUNED)):
+    print(f"[skip] {frozen.user_attrs['folder']}: finished earlier",
+          flush=True)
+
+
 def run_sweep(sweep: SweepSettings):
-  """Plans (dry_run) or runs the sweep's trials.
+  """Plans (dry_run) or runs the sweep's trials: this process's share of
+  them, pulled from the study other `bertexp sweep` processes of the same
+  sweep (same study) pull from too.
 
   Args:
     sweep: the SweepSettings.
   Returns:
-    One result per trial run ([] for a dry run).
+    One result per trial this process ran ([] for a dry run).
   Raises:
-    ValueError: output_dir holds another sweep, or a bad grid.
-    KeyboardInterrupt: Ctrl-C or SIGTERM (running trials are stopped).
+    ValueError: output_dir or the study holds another sweep, or a bad grid
+      or search space.
+    KeyboardInterrupt: Ctrl-C or SIGTERM (this process's running trials
+      are stopped at a checkpoint and queued again).
   """
-  trials = expand(grids.load_grid(sweep.grid), sweep.seeds, sweep.first_seed,
-                  sweep.folds)
+  trials = ([] if sweep.search_space else expand(
+      grids.load_grid(sweep.grid), sweep.seeds, sweep.first_seed, sweep.folds))
+  if sweep.dry_run and sweep.search_space:
+    from bertexp.sweeps import study as study_lib
+    space = study_lib.load_search_space(sweep.search_space)
+    print(f"a TPE search of {sweep.n_trials} trials over:", flush=True)
+    for name, distribution in space.items():
+      print(f"  {name}: {distribution}", flush=True)
+    return []
   if sweep.dry_run:
-    print(f"{len(trials)} trials ({sweep.grid} x {sweep.seeds} seeds):")
-    for row in plan(trials, list(sweep.gin_files), list(sweep.gin_params), sweep.output_dir):
-      if "unavailable" in row:
-        print(f"  {row['trial']}: {row['bindings']} (no schedule yet: "
-              f"{row['unavailable']})", flush=True)
-        continue
-      print(f"  {row['trial']}: global batch {row['global_batch_size']}, "
-            f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
-            f"evaluation), warmup {row['warmup_steps']}", flush=True)
+    _print_plan(sweep, trials)
     return []
   os.makedirs(sweep.output_dir, exist_ok=True)
   definition = _definition(sweep, trials)
@@ -268,29 +317,29 @@ def run_sweep(sweep: SweepSettings):
   fileio.write_json(sweep_json, definition)
   cpu_threads = (max(1, (os.cpu_count() or 1) // sweep.parallel)
                  if sweep.parallel > 1 else None)
-  pending = []
-  for trial in trials:
-    folder = os.path.join(sweep.output_dir, trial.name)
-    os.makedirs(folder, exist_ok=True)
-    if _status(folder) == "done":
-      print(f"[skip] {trial.name}: finished earlier", flush=True)
-      continue
-    gin_path = os.path.join(folder, "trial.gin")
-    if not os.path.exists(gin_path):     # a rerun keeps the trial's own file
-      fileio.write_text(gin_path, trial_gin_text(
-          trial, list(sweep.gin_files), list(sweep.gin_params), folder, cpu_threads))
-    pending.append((trial, folder))
-  if sweep.max_trials is not None:
-    pending = pending[:sweep.max_trials]
-  logging.info("sweep: %d trials, %d to run, %d in parallel", len(trials),
-               len(pending), sweep.parallel)
-  runner = _Runner()
+  study = _open_study(sweep, trials)
+  _report_finished(study)
+
+  def write_trial_gin(claim, folder):
+    path = os.path.join(folder, "trial.gin")
+    if not os.path.exists(path):         # a rerun keeps the trial's own file
+      fileio.write_text(path, trial_gin_text(
+          Trial(claim.name, claim.bindings), list(sweep.gin_files),
+          list(sweep.gin_params), folder, cpu_threads))
+
+  from bertexp.sweeps import worker as worker_lib
+  worker = worker_lib.Worker(
+      study, sweep.output_dir, write_trial_gin,
+      budget=None if sweep.max_trials is None else [sweep.max_trials])
+  logging.info("sweep: %d trials in the study, %d in parallel here",
+               len(study.trials()), sweep.parallel)
   pool = concurrent.futures.ThreadPoolExecutor(sweep.parallel)
   signal.signal(signal.SIGTERM, _raise_interrupt)
   try:
-    results = list(pool.map(lambda p: runner.run(*p), pending))
+    futures = [pool.submit(worker.work) for _ in range(sweep.parallel)]
+    results = [r for f in futures for r in f.result()]
   except BaseException:
-    runner.stop()        # a rerun restarts these trials from their checkpoints
+    worker.stop()        # its trials checkpoint and are queued again
     raise
   finally:
     pool.shutdown(wait=True, cancel_futures=True)

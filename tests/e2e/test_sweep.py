@@ -1,8 +1,12 @@
 """bertexp sweep / results: grids, trial.gin, resumability, failures,
 determinism, and a real 4-trial sweep of the tiny demo configuration."""
 import csv
+import glob
 import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -215,3 +219,132 @@ def test_dry_run_lists_trials_before_the_model_and_data_exist(sweep_setup,
   text = capsys.readouterr().out
   assert text.count("no schedule yet") == 4 and "'LEARNING_RATE': 0.001" in text
   assert not out.exists()
+
+
+def _sweep_process(args, log):
+  return subprocess.Popen([sys.executable, "-m", "bertexp.cli", *args],
+                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _study(out):
+  import optuna
+  return optuna.load_study(study_name="sweep",
+                           storage=f"sqlite:///{out}/study.db")
+
+
+def _pid_running(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  return True
+
+
+def test_a_killed_sweep_workers_trial_resumes_from_its_checkpoint_in_another(
+    sweep_setup, tmp_path):
+  STEPS = 400     # ~3 s of training: the kill lands in it
+  """Two `bertexp sweep` processes of one study (the default SQLite file):
+  the first is SIGKILLed mid-trial (its trial process dies with it); the
+  second runs the other trial, takes the first's as lost when its heartbeat
+  stops, and resumes it from its last checkpoint: every trial done once."""
+  args, out = sweep_setup
+  args = [a for a in args if a != "--seeds=2"] + [
+      "--seeds=1", "--heartbeat_seconds=1", f"--gin_param=TRAIN_STEPS={STEPS}",
+      "--gin_param=STEPS_PER_LOOP=8"]
+  with open(tmp_path / "first.log", "w+") as log:
+    first = _sweep_process(args, log)
+    try:
+      deadline = time.time() + 300
+      while not glob.glob(f"{out}/*/ckpt-*.index"):
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    finally:
+      first.kill()
+      first.wait()
+  lost = os.path.basename(os.path.dirname(glob.glob(f"{out}/*/ckpt-*.index")[0]))
+  holder = json.loads((out / lost / "writer.lock").read_text())["pid"]
+  deadline = time.time() + 30
+  while _pid_running(holder):          # died with its sweep process
+    assert time.time() < deadline, "the trial outlived its sweep worker"
+    time.sleep(0.1)
+  killed_at = max(int(p.split("ckpt-")[1].split(".")[0])
+                  for p in glob.glob(f"{out}/{lost}/ckpt-*.index"))
+  assert killed_at < STEPS
+  with open(tmp_path / "second.log", "w+") as log:
+    second = _sweep_process(args, log)
+    assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()
+  printed = (tmp_path / "second.log").read_text()
+  assert "[done] lr0.001_seed1" in printed and "[done] lr0.0001_seed1" in printed
+  resumed = (out / lost / "log.txt").read_text()
+  assert f"resuming from {out}/{lost}/ckpt-" in resumed
+  for name in ("lr0.001_seed1", "lr0.0001_seed1"):
+    summary = json.loads((out / name / "training_summary.json").read_text())
+    assert summary["total_training_steps"] == STEPS
+  other = ({"lr0.001_seed1", "lr0.0001_seed1"} - {lost}).pop()
+  states = sorted((t.user_attrs["folder"], t.state.name)
+                  for t in _study(out).trials)
+  assert states == sorted([(lost, "FAIL"), (lost, "COMPLETE"),
+                           (other, "COMPLETE")])
+
+
+def test_median_pruning_stops_trials_that_trail_at_their_first_evaluation(
+    sweep_setup, tmp_path, capsys):
+  """Selected on the eval loss (best_mode min: the study minimises): two
+  trials at a small learning rate (16 steps), then two at 5.0 whose loss
+  jumps (2,000 steps if let run) — the median pruner stops each at its
+  first evaluation, which trails the median of the trials before; pruned
+  trials stay pruned when the sweep is run again."""
+  args, out = sweep_setup
+  grid = tmp_path / "grid.py"
+  grid.write_text(
+      "def grid():\n"
+      "  return [{'LEARNING_RATE': 0.0001, 'TRAIN_STEPS': 16},\n"
+      "          {'LEARNING_RATE': 5.0, 'TRAIN_STEPS': 2000}]\n")
+  args = [a if not a.startswith("--grid=") else f"--grid={grid}"
+          for a in args] + [
+      "--prune=median", "--gin_param=STEPS_PER_LOOP=8",
+      '--gin_param=bertexp.CheckpointSettings.best_metric="loss"',
+      '--gin_param=bertexp.CheckpointSettings.best_mode="min"']
+  assert cli.main(args) == 0
+  printed = capsys.readouterr().out
+  for seed in (1, 2):
+    assert f"[done] lr0.0001_train_steps16_seed{seed}" in printed
+    name = f"lr5_train_steps2000_seed{seed}"
+    assert f"[pruned] {name} at step 8" in printed
+    result = json.loads((out / name / "trial_result.json").read_text())
+    assert result["status"] == "pruned" and result["pruned_at_step"] == 8
+    record = json.loads((out / name / "early_stopping.json").read_text())
+    assert record["stopped_early_at_step"] == 8
+    steps = [int(p.split("ckpt-")[1].split(".")[0])
+             for p in glob.glob(f"{out}/{name}/ckpt-*.index")]
+    assert max(steps) < 2000
+  study = _study(out)
+  assert study.direction.name == "MINIMIZE"
+  assert sorted(t.state.name for t in study.trials) == [
+      "COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+  assert "| pruned |" in (out / "results.md").read_text()
+  assert cli.main(args) == 0           # nothing left to run
+  assert capsys.readouterr().out.count("finished earlier") == 4
+  assert len(_study(out).trials) == 4
+
+
+def test_a_tpe_search_runs_n_trials_two_at_a_time_and_results_lists_them(
+    sweep_setup, tmp_path):
+  args, out = sweep_setup
+  space = tmp_path / "space.json"
+  space.write_text(json.dumps(
+      {"LEARNING_RATE": {"low": 1e-4, "high": 1e-2, "log": True}}))
+  args = [a for a in args if not a.startswith(("--grid=", "--seeds="))] + [
+      f"--search_space={space}", "--n_trials=2", "--parallel=2"]
+  assert cli.main(args) == 0
+  with open(out / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [r["trial"][:5] for r in rows] == ["t000_", "t001_"]
+  assert all(r["status"] == "done" for r in rows)
+  study = _study(out)
+  assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+  for trial, row in zip(study.trials, rows):
+    assert trial.user_attrs["folder"] == row["trial"]
+    assert float(row["LEARNING_RATE"]) == trial.params["LEARNING_RATE"]
+    assert trial.value == float(row["accuracy"])
+    assert 1e-4 <= trial.params["LEARNING_RATE"] <= 1e-2

@@ -1,5 +1,5 @@
 """`bertexp` subcommands: train, prepare, build-vocab, convert-checkpoint,
-sweep, results, evaluate-squad, export-tflite, export-onnx, serve,
+sweep, results, launch, evaluate-squad, export-tflite, export-onnx, serve,
 benchmark-serving.
 
     bertexp train --gin_file=experiments/glue/mrpc_gpu.gin \
@@ -115,6 +115,31 @@ def cmd_sweep(args):
     print(f"{len(failed)} trial(s) failed: see their log.txt", flush=True)
 
 
+def cmd_launch(args):
+  """`bertexp launch`: the experiment on N workers of a platform."""
+  from bertexp.launch import render
+  profile = render.LaunchProfile(
+      name=args.name, workers=args.workers, gin_files=tuple(args.gin_file),
+      gin_params=tuple(args.gin_param), mode=args.mode, image=args.image,
+      port=args.port, namespace=args.namespace,
+      gpus_per_worker=args.gpus_per_worker, machine_type=args.machine_type,
+      accelerator_type=args.accelerator_type, tpu_name=args.tpu_name,
+      zone=args.zone)
+  if args.platform == "local":
+    from bertexp.launch import local
+    code = local.run(profile)
+    if code:
+      raise SystemExit(code)
+    return
+  text = render.RENDERERS[args.platform](profile)
+  if args.output:
+    from bertexp.util import fileio
+    fileio.write_text(args.output, text)
+    print(f"wrote {args.output}", flush=True)
+  else:
+    sys.stdout.write(text)
+
+
 def cmd_results(args):
   """`bertexp results`: a sweep's table and plot again, from its folder."""
   from bertexp.sweeps import results as sweep_results
@@ -228,6 +253,36 @@ def _training_commands(sub, add):
   res = add(sub, "results", help="a sweep's table and plot, from disk")
   res.add_argument("output_dir")
   res.set_defaults(func=cmd_results)
+  _launch_command(sub, add)
+
+
+def _launch_command(sub, add):
+  """launch: one experiment on N workers of a platform."""
+  launch = add(sub, "launch", help="an experiment on N workers: a Kubernetes "
+               "or Vertex AI job, the TPU VM command, or N local processes")
+  launch.add_argument("--platform", required=True,
+                      choices=("kubernetes", "vertex", "tpu-vm", "local"))
+  launch.add_argument("--workers", type=int, default=1)
+  launch.add_argument("--gin_file", action="append", required=True)
+  launch.add_argument("--gin_param", action="append", default=[],
+                      help="one binding (repeatable)")
+  launch.add_argument("--mode", default="train_and_eval",
+                      choices=[*modes.MODES, *modes.ALIASES])
+  launch.add_argument("--name", default="bertexp",
+                      help="the job's name (a DNS label)")
+  launch.add_argument("--image", default="bertexp:latest",
+                      help="a container image with bertexp (deploy/Dockerfile)")
+  launch.add_argument("--output", help="write the manifest here (default: "
+                      "print it)")
+  launch.add_argument("--port", type=int, default=2222)
+  launch.add_argument("--namespace", default="default")
+  launch.add_argument("--gpus_per_worker", type=int, default=0)
+  launch.add_argument("--machine_type", default="n1-standard-8",
+                      help="vertex: each worker's machine")
+  launch.add_argument("--accelerator_type", help="vertex: e.g. NVIDIA_L4")
+  launch.add_argument("--tpu_name", help="tpu-vm: the TPU VM's name")
+  launch.add_argument("--zone", help="tpu-vm: its zone")
+  launch.set_defaults(func=cmd_launch)
 
 
 def _prepare_commands(sub, add):

@@ -337,29 +337,17 @@ def run_cli(args, timeout=600):
 def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
                     timeout=400):
   """The same experiment as 2 MultiWorkerMirroredStrategy workers on
-  localhost (TF_CONFIG), each its own process; returns their outputs."""
+  localhost: `bertexp launch --platform=local --workers=2`, which gives
+  each worker process its TF_CONFIG; the strategy comes from it ("auto");
+  returns the launch's output (each line prefixed with its worker)."""
   args = train_args([spec["gin_file"]], run_params(spec, model_dir),
-                    list(spec["order"]) + [
-                        'bertexp.make_strategy.kind="multi_worker_mirrored"'] +
-                    list(extra), mode=mode)
-  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
-  env = _environment()
-  workers = [subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-      env=dict(env, TF_CONFIG=json.dumps(
-          {"cluster": cluster, "task": {"type": "worker", "index": i}})))
-             for i in range(2)]
-  outputs = []
-  try:
-    for worker in workers:
-      output, _ = worker.communicate(timeout=timeout)
-      outputs.append(output)
-      assert worker.returncode == 0, output[-4000:]
-  finally:
-    for worker in workers:
-      worker.kill()
-  return outputs
+                    list(spec["order"]) + list(extra), mode=mode)
+  launch = ["launch", "--platform=local", "--workers=2"] + [
+      a for a in args[1:] if not a.startswith("--mode=")] + [f"--mode={mode}"]
+  output = run_cli(launch, timeout=timeout)
+  assert "[worker 1] " in output and "multi_worker_mirrored" in output, (
+      output[-3000:])
+  return output
 
 
 def model_weights(model_dir, step=TRAIN_STEPS):

@@ -4,6 +4,7 @@
     make_strategy(kind="mirrored", num_gpus=8)
     make_strategy(kind="multi_worker_mirrored")   # cluster from TF_CONFIG
     make_strategy(kind="mirrored", cpu_replicas=8)  # a TPU/GPU job on a laptop
+    make_strategy(kind="auto")   # what the platform's environment says
 """
 import json
 import logging
@@ -13,11 +14,13 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.util import cluster
 from bertexp.util import gpus as gpu_probe
 from bertexp.util.machine import (cpu_has_native_bfloat16, cpuinfo_field,
                                   onednn_enabled, onednn_state)
 
-KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu",
+         "auto")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 # /proc/cpuinfo names of native bfloat16 matmul support: x86 AVX512-BF16 and
 # AMX-BF16 ("flags"), Arm BF16 ("Features").
@@ -32,6 +35,11 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
 
   kind: one of KINDS. "tpu" needs `tpu` (a name or grpc:// address; "local"
     for a TPU VM): a missing address is an error before any other work.
+    "auto": from the environment (bertexp.util.cluster): multi-worker when
+    TF_CONFIG or Vertex AI's CLUSTER_SPEC names 2 or more tasks, the local
+    TPU on a Cloud TPU VM (unless `tpu` is bound), else mirrored over this
+    machine's GPUs (every visible one, or num_gpus / cpu_replicas when
+    bound), else the default strategy.
   num_gpus: for "mirrored"; 0 mirrors on the CPU (one replica).
   cpu_replicas: for "mirrored" without GPUs: splits the CPU into this many
     logical devices, one replica each, so a multi-GPU or TPU experiment can
@@ -47,6 +55,13 @@ def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
   """
   if kind not in KINDS:
     raise ValueError(f"strategy kind {kind!r} is not one of {KINDS}")
+  if kind == "auto":
+    tpu = tpu or "local"
+    if not cpu_replicas:
+      num_gpus = num_gpus or len(tf.config.list_physical_devices("GPU"))
+    kind = cluster.environment_strategy() or (
+        "mirrored" if num_gpus or cpu_replicas else "default")
+    logging.info("strategy from the environment: %s", kind)
   if kind == "tpu":
     return _tpu_strategy(tpu)
   if kind == "default":

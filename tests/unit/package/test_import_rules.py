@@ -5,7 +5,7 @@ below it, never above):
 
     util | modes <- data <- model <- checkpoints <- tasks <- settings | train
          | serving <- experiment <- cli | gin_setup | registry | sweeps
-         <- experiments/
+         | launch <- experiments/
 
 `train` and `serving` are one level apart from each other: neither imports
 the other, and tasks import neither. Imports inside functions count too (a
@@ -24,9 +24,10 @@ PACKAGE = os.path.join(REPO, "bertexp")
 RANK = {"util": 0, "modes": 0, "data": 1, "model": 2, "checkpoints": 3, "tasks": 4,
         "settings": 5,
         "train": 5, "serving": 5, "experiment": 6,
-        "cli": 7, "gin_setup": 7, "registry": 7, "sweeps": 7, "__init__": 7,
+        "cli": 7, "gin_setup": 7, "registry": 7, "sweeps": 7, "launch": 7,
+        "__init__": 7,
         "experiments": 8}   # shipped grid files: users of the sweeps API
-FACE = {"cli", "gin_setup", "registry", "sweeps", "__init__"}
+FACE = {"cli", "gin_setup", "registry", "sweeps", "launch", "__init__"}
 
 
 def _modules():

@@ -30,6 +30,20 @@ def test_cpu_kinds_build():
     strategy.make_strategy("mirrored", num_gpus=-1)
 
 
+def test_auto_on_a_machine_alone_is_the_default_strategy(monkeypatch, caplog):
+  """No cluster in the environment and no GPU: what runtime/cpu.gin binds
+  (a cluster's TF_CONFIG: the 2-worker cells of the strategy matrix, which
+  run through `bertexp launch --platform=local`)."""
+  for name in ("TF_CONFIG", "CLUSTER_SPEC", "TPU_NAME", "TPU_ACCELERATOR_TYPE"):
+    monkeypatch.delenv(name, raising=False)
+  assert strategy.make_strategy("auto") is tf.distribute.get_strategy()
+  monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-8")
+  caplog.set_level("INFO")
+  with pytest.raises(ValueError):            # no TPU here: it tried one
+    strategy.make_strategy("auto")
+  assert "strategy from the environment: tpu" in caplog.text
+
+
 def test_cross_device_ops_choice():
   assert isinstance(strategy._cross_device_ops("nccl", 8), tf.distribute.NcclAllReduce)
   assert isinstance(strategy._cross_device_ops("hierarchical_copy", 2),

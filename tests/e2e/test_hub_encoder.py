@@ -1,5 +1,7 @@
 """HUB_MODULE_URL: a SavedModel BERT encoder (a real Model Garden BertEncoder
 saved as TF-Hub's BERT encoders are) in place of INIT_CHECKPOINT."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -7,7 +9,7 @@ import tensorflow as tf
 from bertexp import cli
 from bertexp.model import encoders
 from bertexp.model import modeling
-from conftest import TINY_CONFIG
+from conftest import TINY_CONFIG, TINY_VOCAB
 from conftest import prepare_tiny_sst2_run
 from test_train import _params, _train
 
@@ -24,13 +26,26 @@ def _saved_model_encoder(folder):
   return source
 
 
-@pytest.fixture
-def hub_run(tmp_path, tiny_vocab, tiny_config):
-  paths = prepare_tiny_sst2_run(str(tmp_path / "exp"), tiny_vocab, tiny_config)
-  paths["HUB_MODULE_URL"] = str(tmp_path / "hub")
+@pytest.fixture(scope="module")
+def hub_source(tmp_path_factory):
+  """The tiny data and the SavedModel encoder, made once for the module:
+  (paths without MODEL_DIR, the source encoder)."""
+  root = tmp_path_factory.mktemp("hub")
+  (root / "vocab.txt").write_text("\n".join(TINY_VOCAB) + "\n")
+  (root / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
+  paths = prepare_tiny_sst2_run(str(root / "exp"), str(root / "vocab.txt"),
+                                str(root / "bert_config.json"))
+  paths["HUB_MODULE_URL"] = str(root / "hub")
   source = _saved_model_encoder(paths["HUB_MODULE_URL"])
   paths["INIT_CHECKPOINT"] = None        # the demo file sets one
   return paths, source
+
+
+@pytest.fixture
+def hub_run(hub_source, tmp_path):
+  """hub_source's paths with a MODEL_DIR of the test's own."""
+  paths, source = hub_source
+  return dict(paths, MODEL_DIR=str(tmp_path / "model")), source
 
 
 def _encoder_kernel(model_dir):
@@ -73,8 +88,8 @@ def test_fine_tune_from_hub_module(hub_run, caplog, trainable):
 
 def test_init_checkpoint_and_hub_module_together_is_an_error(hub_run, capsys):
   paths, _ = hub_run
-  paths = dict(paths, INIT_CHECKPOINT=paths["MODEL_DIR"].replace(
-      "/model", "/init/bert_model.ckpt"))
+  paths = dict(paths, INIT_CHECKPOINT=paths["BERT_CONFIG_FILE"].replace(
+      "bert_config.json", "init/bert_model.ckpt"))
   code = cli.main(["train", "--gin_file=experiments/demo/movie_sentiment_cpu.gin"]
                   + _params(paths, TRAIN_STEPS=1))
   assert code == 2

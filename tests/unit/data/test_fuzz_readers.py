@@ -20,7 +20,7 @@ from bertexp.tasks.squad import data as squad
 from bertexp.tasks.squad import scoring as squad_scoring
 from conftest import REPO
 
-# FUZZ_EXAMPLES=2000 pytest tests/unit/data/test_fuzz_readers.py: a longer hunt (default 200).
+# FUZZ_EXAMPLES=2000 pytest tests/unit/data/test_fuzz_readers.py: a longer hunt (default 120).
 # The inputs are derived from each test's name (derandomize), so every run
 # draws the same ones and a failure replays as it is. FUZZ_RANDOM=1 draws
 # new ones each run; a failure then prints the @reproduce_failure line that
@@ -28,7 +28,7 @@ from conftest import REPO
 DRAWS = dict(derandomize=not os.environ.get("FUZZ_RANDOM"), print_blob=True,
              deadline=None, database=None,
              suppress_health_check=[HealthCheck.too_slow])
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 200)),
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 120)),
                 **DRAWS)
 COUNTS = {}   # reader -> generated inputs (printed after the module, -s)
 

@@ -225,7 +225,7 @@ TEST_THREADS := TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 
 test: setup
 	$(PY) tools/demo_data.py fetch
-	$(TEST_THREADS) $(PY) -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(TEST_THREADS) $(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 test-fast: setup
 	$(PY) tools/demo_data.py fetch

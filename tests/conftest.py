@@ -74,6 +74,18 @@ def clean_gin():
   tf_keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+  """The URL of a PostgreSQL server (pgserver's binaries, from PyPI) for
+  this test process; each test uses a study name of its own."""
+  import pgserver
+  os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
+  server = pgserver.get_server(str(tmp_path_factory.mktemp("pg")),
+                               cleanup_mode="stop")
+  yield server.get_uri()
+  server.cleanup()
+
+
 @pytest.fixture
 def tiny_vocab(tmp_path):
   path = tmp_path / "vocab.txt"

@@ -16,7 +16,7 @@ import runpy
 
 import ml_collections
 
-_MACRO = re.compile(r"^[A-Z][A-Z0-9_]*$")
+MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def product(**axes):
@@ -109,7 +109,7 @@ def load_grid(spec):
                        f"{type(bindings).__name__}, expected a dict of "
                        "MACRO: value")
     for name, value in bindings.items():
-      if not isinstance(name, str) or not _MACRO.match(name):
+      if not isinstance(name, str) or not MACRO_NAME.match(name):
         raise ValueError(f"{where}: binding set {i}: {name!r} is not a gin "
                          "macro name (UPPER_CASE, e.g. LEARNING_RATE)")
       if not isinstance(value, (bool, int, float, str)) and value is not None:

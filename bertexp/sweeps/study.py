@@ -38,6 +38,8 @@ import optuna
 import sqlalchemy
 from optuna.trial import TrialState
 
+from bertexp.sweeps import grids
+
 # What a retried or re-queued copy of a trial carries (Optuna's own key for
 # the trial it retries), so that it is not counted as a new trial.
 RETRY_OF = "failed_trial"
@@ -337,8 +339,9 @@ def example_point(space):
 
 
 def _distribution(path, name, spec):
-  if not (name.isupper() and name.replace("_", "").isalnum()):
-    raise ValueError(f"{path}: {name!r} is not a gin macro name (CAPITALS)")
+  if not grids.MACRO_NAME.match(name):
+    raise ValueError(f"{path}: {name!r} is not a gin macro name (UPPER_CASE, "
+                     "e.g. LEARNING_RATE)")
   if name in ("SEED", "FOLD"):
     raise ValueError(f"{path}: {name} comes from --first_seed, not the space")
   if isinstance(spec, list) and spec:

@@ -4,6 +4,7 @@ import csv
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -226,10 +227,10 @@ def _sweep_process(args, log):
                           cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _study(out):
+def _study(out, storage=None, name="sweep"):
   import optuna
-  return optuna.load_study(study_name="sweep",
-                           storage=f"sqlite:///{out}/study.db")
+  return optuna.load_study(study_name=name,
+                           storage=storage or f"sqlite:///{out}/study.db")
 
 
 def _pid_running(pid):
@@ -240,13 +241,16 @@ def _pid_running(pid):
   return True
 
 
-def test_a_killed_sweep_workers_trial_resumes_from_its_checkpoint_in_another(
-    sweep_setup, tmp_path):
-  STEPS = 400     # ~3 s of training: the kill lands in it
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGINT"])
+def test_a_stopped_sweep_workers_trial_resumes_from_its_checkpoint_in_another(
+    sweep_setup, tmp_path, stop):
   """Two `bertexp sweep` processes of one study (the default SQLite file):
-  the first is SIGKILLed mid-trial (its trial process dies with it); the
-  second runs the other trial, takes the first's as lost when its heartbeat
-  stops, and resumes it from its last checkpoint: every trial done once."""
+  the first is stopped mid-trial — SIGKILL (its trial process dies with it;
+  the second takes the trial as lost when its heartbeat stops) or SIGINT
+  (Ctrl-C: its trial checkpoints and goes back to the queue, the process
+  exits 130); the second runs the other trial and resumes the first's from
+  its last checkpoint: every trial done once."""
+  STEPS = 400     # ~3 s of training: the stop lands in it
   args, out = sweep_setup
   args = [a for a in args if a != "--seeds=2"] + [
       "--seeds=1", "--heartbeat_seconds=1", f"--gin_param=TRAIN_STEPS={STEPS}",
@@ -259,12 +263,14 @@ def test_a_killed_sweep_workers_trial_resumes_from_its_checkpoint_in_another(
         assert first.poll() is None and time.time() < deadline
         time.sleep(0.02)
     finally:
-      first.kill()
-      first.wait()
+      first.send_signal(getattr(signal, stop))
+      code = first.wait(timeout=120)
+  assert code == (-signal.SIGKILL if stop == "SIGKILL" else 130)
   lost = os.path.basename(os.path.dirname(glob.glob(f"{out}/*/ckpt-*.index")[0]))
-  holder = json.loads((out / lost / "writer.lock").read_text())["pid"]
+  lock = out / lost / "writer.lock"    # released by a trial stopped cleanly
+  holder = json.loads(lock.read_text())["pid"] if lock.exists() else None
   deadline = time.time() + 30
-  while _pid_running(holder):          # died with its sweep process
+  while holder and _pid_running(holder):     # died with its sweep process
     assert time.time() < deadline, "the trial outlived its sweep worker"
     time.sleep(0.1)
   killed_at = max(int(p.split("ckpt-")[1].split(".")[0])
@@ -328,20 +334,24 @@ def test_median_pruning_stops_trials_that_trail_at_their_first_evaluation(
   assert len(_study(out).trials) == 4
 
 
-def test_a_tpe_search_runs_n_trials_two_at_a_time_and_results_lists_them(
-    sweep_setup, tmp_path):
+def test_a_tpe_search_on_postgresql_runs_n_trials_two_at_a_time(
+    sweep_setup, tmp_path, postgres):
+  """--storage: the study on a PostgreSQL server; `bertexp results` lists
+  the search's trials from their folders."""
   args, out = sweep_setup
   space = tmp_path / "space.json"
   space.write_text(json.dumps(
       {"LEARNING_RATE": {"low": 1e-4, "high": 1e-2, "log": True}}))
   args = [a for a in args if not a.startswith(("--grid=", "--seeds="))] + [
-      f"--search_space={space}", "--n_trials=2", "--parallel=2"]
+      f"--search_space={space}", "--n_trials=2", "--parallel=2",
+      f"--storage={postgres}", "--study_name=tpe"]
   assert cli.main(args) == 0
+  assert not (out / "study.db").exists()
   with open(out / "results.csv") as f:
     rows = list(csv.DictReader(f))
   assert [r["trial"][:5] for r in rows] == ["t000_", "t001_"]
   assert all(r["status"] == "done" for r in rows)
-  study = _study(out)
+  study = _study(out, postgres, "tpe")
   assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
   for trial, row in zip(study.trials, rows):
     assert trial.user_attrs["folder"] == row["trial"]

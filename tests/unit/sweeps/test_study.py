@@ -47,17 +47,6 @@ while True:
 NAMES = [f"trial{i:02d}" for i in range(12)]
 
 
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-  """A PostgreSQL server (pgserver's binaries, from PyPI) for this module."""
-  import pgserver
-  os.environ.setdefault("XDG_RUNTIME_DIR", str(tmp_path_factory.mktemp("run")))
-  server = pgserver.get_server(str(tmp_path_factory.mktemp("pg")),
-                               cleanup_mode="stop")
-  yield server.get_uri()
-  server.cleanup()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def storage(request, tmp_path):
   """A database URL: the default SQLite file, or the PostgreSQL server."""

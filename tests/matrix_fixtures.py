@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 
@@ -309,16 +308,6 @@ def run_in_process(spec, model_dir, strategy_bindings, extra=(), mode=None):
   if mode:
     args[1] = "--mode=" + mode
   assert cli.main(args) == 0, args
-
-
-def free_ports(n):
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 def _environment():

@@ -344,7 +344,7 @@ def test_rollback_continues_past_the_bad_batch_and_finishes(run, tmp_path,
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
 def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
-  from matrix_fixtures import free_ports
+  from bertexp.launch.local import free_ports
   model_dir = str(tmp_path / "model")
   args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
       '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"',
@@ -430,7 +430,7 @@ def test_data_that_disagree_with_the_configuration_stop_before_training(
 
 def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(run,
                                                                    tmp_path):
-  from matrix_fixtures import free_ports
+  from bertexp.launch.local import free_ports
   model_dir = str(tmp_path / "model")
   args = _args(run, model_dir, TRAIN_STEPS=100000, STEPS_PER_LOOP=100000) + [
       '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"']

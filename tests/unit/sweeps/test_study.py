@@ -5,7 +5,6 @@ nothing (its trial is taken as lost by its heartbeat and rerun, under the
 same folder, by the other); another sweep under the same study name is
 refused; search spaces are read or refused with the file named."""
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -144,7 +144,7 @@ def test_two_workers_equal_one_replica(tmp_path):
   MultiWorkerMirroredStrategy processes on localhost (this file as their
   script) give one replica's loss and gradients."""
   from conftest import REPO
-  from matrix_fixtures import free_ports
+  from bertexp.launch.local import free_ports
   cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   env = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
   workers = [subprocess.Popen(

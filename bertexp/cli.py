@@ -239,8 +239,11 @@ def _training_commands(sub, add):
   sw.add_argument("--study_name",
                   help="the study's name in --storage (default: the "
                   "output folder's name)")
+  sw.add_argument("--search", choices=("grid", "tpe"), default="grid",
+                  help="grid: every trial of --grid; tpe: --n_trials trials "
+                  "that Optuna's TPE sampler picks over --search_space")
   sw.add_argument("--search_space",
-                  help="a JSON search space: a TPE search instead of a grid")
+                  help="--search=tpe: a JSON file of each macro's range")
   sw.add_argument("--n_trials", type=int,
                   help="trials of the search, over all machines")
   sw.add_argument("--prune", choices=("median", "hyperband"),

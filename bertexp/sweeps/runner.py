@@ -172,6 +172,8 @@ class SweepSettings:
   @classmethod
   def from_flags(cls, args):
     """The settings of `bertexp sweep`'s parsed flags."""
+    if (args.search == "tpe") != bool(args.search_space):
+      raise ValueError("--search=tpe and --search_space=FILE go together")
     return cls(grid=args.grid, gin_files=tuple(args.gin_file),
                output_dir=args.output_dir,
                gin_params=tuple(args.gin_param or ()), seeds=args.seeds,

@@ -343,7 +343,7 @@ def test_a_tpe_search_on_postgresql_runs_n_trials_two_at_a_time(
   space.write_text(json.dumps(
       {"LEARNING_RATE": {"low": 1e-4, "high": 1e-2, "log": True}}))
   args = [a for a in args if not a.startswith(("--grid=", "--seeds="))] + [
-      f"--search_space={space}", "--n_trials=2", "--parallel=2",
+      "--search=tpe", f"--search_space={space}", "--n_trials=2", "--parallel=2",
       f"--storage={postgres}", "--study_name=tpe"]
   assert cli.main(args) == 0
   assert not (out / "study.db").exists()

@@ -336,7 +336,10 @@ def run_sweep(sweep: SweepSettings):
   logging.info("sweep: %d trials in the study, %d in parallel here",
                len(study.trials()), sweep.parallel)
   pool = concurrent.futures.ThreadPoolExecutor(sweep.parallel)
-  signal.signal(signal.SIGTERM, _raise_interrupt)
+  # SIGINT too: a process started with SIGINT ignored (a background job, a
+  # test runner's worker) still stops its trials on Ctrl-C's signal.
+  handlers = {s: signal.signal(s, _raise_interrupt)
+              for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     futures = [pool.submit(worker.work) for _ in range(sweep.parallel)]
     results = [r for f in futures for r in f.result()]
@@ -345,6 +348,8 @@ def run_sweep(sweep: SweepSettings):
     raise
   finally:
     pool.shutdown(wait=True, cancel_futures=True)
+    for number, handler in handlers.items():
+      signal.signal(number, handler)
   from bertexp.sweeps import results as sweep_results
   sweep_results.write(sweep.output_dir)
   return results

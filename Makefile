@@ -17,7 +17,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[test,chinese,plots,onnx,serve,postgres]'
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[test,chinese,plots,onnx,serve,postgres,beam]'
 	$(PY) -m pip install -q --no-compile --no-deps tf-models-official==2.20.0
 	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $@

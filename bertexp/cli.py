@@ -9,7 +9,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import traceback
 
 import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
@@ -17,7 +16,9 @@ import bertexp  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 from bertexp import modes
 from bertexp.gin_setup import parse_gin
 from bertexp.train import stop_signals
+from bertexp.util import beam_io
 from bertexp.util import extras
+from bertexp.util import stderr_capture
 
 
 # TensorFlow's INFO lines that say nothing to a user: a checkpoint's
@@ -48,9 +49,18 @@ def cmd_train(args):
 def cmd_build_vocab(args):
   """`bertexp build-vocab`: a WordPiece vocabulary learned from raw text."""
   from bertexp.data import vocab
-  tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
-                             do_lower_case=not args.no_lower_case,
-                             chinese=args.chinese)
+  if args.runner == "beam":
+    from bertexp.data import vocab_beam
+    vocab.check_size(args.vocab_size)
+    counts = vocab_beam.count_words_beam(
+        args.input_file, args.output, do_lower_case=not args.no_lower_case,
+        beam_options=args.beam_options)
+    tokens = vocab.learn_vocab(counts, args.vocab_size, args.output,
+                               chinese=args.chinese)
+  else:
+    tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
+                               do_lower_case=not args.no_lower_case,
+                               chinese=args.chinese)
   print(f"wrote {len(tokens)} tokens to {args.output}", flush=True)
 
 
@@ -312,6 +322,7 @@ def _tool_commands(sub, add):
   voc.add_argument("--chinese", action="store_true",
                    help="a large CJK alphabet; no ##<CJK> pieces")
   voc.add_argument("--no_lower_case", action="store_true")
+  beam_io.add_runner_flags(voc)
   voc.set_defaults(func=cmd_build_vocab)
 
   conv = add(sub, "convert-checkpoint",
@@ -485,20 +496,9 @@ def load_tensorflow_quietly():
   probing on a machine without GPUs) are written there before any log
   setting applies. They are replayed if the import fails. Listing physical
   devices does not initialise the runtime (multi-worker setup still can)."""
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as capture:
-    os.dup2(capture.fileno(), 2)
-    try:
-      import tensorflow as tf
-      tf.config.list_physical_devices()
-    except BaseException:
-      os.dup2(saved, 2)
-      capture.seek(0)
-      sys.stderr.buffer.write(capture.read())
-      raise
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
+  with stderr_capture.captured_stderr():
+    import tensorflow as tf
+    tf.config.list_physical_devices()
 
 
 def _user_message(error):

@@ -9,6 +9,7 @@ so TPUs keep static shapes and metrics still cover exactly the eval set.
 """
 import dataclasses
 import math
+import re
 
 import tensorflow as tf
 
@@ -115,11 +116,46 @@ def _check_range(path, what, values, low, high, limit):
                      f"[{low}, {high}) of {limit}")
 
 
+# A shard of a sharded output: PREFIX-00003-of-00008.
+_SHARD = re.compile(r"^(.*)-(\d{5})-of-(\d{5})$")
+
+
+def shard_name(prefix, index, count):
+  """PREFIX-00003-of-00008: shard `index` of `count`."""
+  return f"{prefix}-{index:05d}-of-{count:05d}"
+
+
+def shard_pattern(prefix, count):
+  """The glob of all `count` shards of PREFIX."""
+  return f"{prefix}-?????-of-{count:05d}"
+
+
+def _check_shard_sets(files):
+  """Raises FileNotFoundError when a matched shard's set is incomplete on
+  disk (an interrupted copy or write): PREFIX-00001-of-00004 with
+  PREFIX-00003-of-00004 missing."""
+  checked = set()
+  for path in files:
+    found = _SHARD.match(path)
+    if not found or (found.group(1), found.group(3)) in checked:
+      continue
+    prefix, count = found.group(1), int(found.group(3))
+    checked.add((prefix, found.group(3)))
+    present = set(tf.io.gfile.glob(shard_pattern(prefix, count)))
+    missing = [shard_name(prefix, i, count) for i in range(count)
+               if shard_name(prefix, i, count) not in present]
+    if missing:
+      raise FileNotFoundError(
+          f"{path}: {len(missing)} of its {count} shards are missing "
+          f"(first: {missing[0]}); an incomplete copy or write?")
+
+
 def list_files(file_pattern):
   """The files of a comma-separated list of glob patterns, each sorted.
 
   Raises:
-    FileNotFoundError: a pattern matches no file.
+    FileNotFoundError: a pattern matches no file, or a matched shard
+      (PREFIX-00001-of-00004) has shards of its set missing.
   """
   patterns = file_pattern.split(",")
   files = []
@@ -128,6 +164,7 @@ def list_files(file_pattern):
     if not matched:
       raise FileNotFoundError(f"no TFRecord file matches {pattern!r}")
     files.extend(matched)
+  _check_shard_sets(files)
   return files
 
 

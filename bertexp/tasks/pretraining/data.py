@@ -10,12 +10,14 @@ pair is truncated at random ends; then masked_lm_prob of the tokens (at most
 max_predictions_per_seq) are chosen as whole words when asked, each 80 %
 [MASK] / 10 % unchanged / 10 % a random vocab token.
 
-Differences from the original, on purpose: the corpus is streamed in chunks
+Differences from the original, on purpose: each file is streamed in chunks
 of documents (random next sentences come from another document of the same
-chunk; chunks hold ~`chunk_bytes` of text), instances are shuffled within a
-chunk, and chunks are processed by parallel worker processes. Every chunk has
-its own seeded RNG, so the output is byte-identical for a seed whatever the
-number of workers. Whole-word groups never cross [SEP].
+chunk; a chunk holds ~`chunk_bytes` of text and never spans two files),
+instances are shuffled within a chunk, and chunks are processed by parallel
+worker processes. Every chunk has its own RNG seeded from (seed, file index,
+chunk index), so the output is byte-identical for a seed whatever the number
+of workers, and the Apache Beam pipeline (bertexp.tasks.pretraining.beam)
+writes the same records in shards. Whole-word groups never cross [SEP].
 
 Chinese whole-word masking: with `chinese_word_segmenter="jieba"`, the
 characters of one segmenter word form one masking group.
@@ -67,48 +69,95 @@ class Options:
 
 # -- reading -----------------------------------------------------------------
 
-def _numbered_lines(path, f):
-  """(number, line) of an open text file; a clear error at bytes that are
-  not UTF-8."""
-  number = 0
-  try:
-    for number, line in enumerate(f, 1):
-      yield number, line
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}:{number + 1}: not UTF-8 text ({e.reason})") \
-        from None
+def file_chunks(path, stream, chunk_bytes):
+  """The documents of one file, in chunks of about `chunk_bytes` of text.
+
+  Args:
+    path: the file's name, for errors.
+    stream: the file opened in binary mode (a line ends at each newline byte).
+    chunk_bytes: a chunk ends at the first document end past this size.
+
+  Yields:
+    (chunk, bytes of the file read so far); a chunk is a list of documents,
+    a document a list of stripped non-blank lines.
+
+  Raises:
+    ValueError: a line is not UTF-8, or the file holds no text at all.
+  """
+  chunk, document, size, done, number = [], [], 0, 0, 0
+  yielded = False
+  for number, raw in enumerate(stream, 1):
+    done += len(raw)
+    try:
+      line = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+      raise ValueError(f"{path}:{number}: not UTF-8 text ({e.reason})") from None
+    if line:
+      document.append(line)
+      size += len(line)
+      continue
+    if document:
+      chunk.append(document)
+      document = []
+    if size >= chunk_bytes:
+      yield chunk, done
+      chunk, size, yielded = [], 0, True
+  if document:            # a file's end ends its last document
+    chunk.append(document)
+  if chunk:
+    yield chunk, done
+  elif not yielded:
+    raise ValueError(f"{path}: no text ({number} blank lines); every input "
+                     "file must hold at least one document")
 
 
 def read_chunks(files, chunk_bytes):
-  """Streams [documents] of about chunk_bytes; a document = list of lines.
-  Yields (chunk, bytes read so far)."""
-  chunk, document, size, done = [], [], 0, 0
-  for path in files:
-    with open(path, encoding="utf-8", errors="strict") as f:
-      for line_number, line in _numbered_lines(path, f):
-        done += len(line.encode("utf-8")) if not line.isascii() else len(line)
-        line = line.strip()
-        if line:
-          document.append(line)
-          size += len(line)
-          continue
-        if document:
-          chunk.append(document)
-          document = []
-        if size >= chunk_bytes:
-          yield chunk, done
-          chunk, size = [], 0
-    if document:            # a file's end ends its last document
-      chunk.append(document)
-      document = []
-  if chunk:
-    yield chunk, done
+  """Streams the chunks of local `files` in order (see `file_chunks`).
+
+  Yields:
+    (file index, chunk index within the file, chunk, bytes of all files
+    read so far).
+  """
+  done = 0
+  for file_index, path in enumerate(files):
+    try:
+      stream = open(path, "rb")
+    except OSError as e:
+      raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
+    with stream:
+      for chunk_index, (chunk, read) in enumerate(
+          file_chunks(path, stream, chunk_bytes)):
+        yield file_index, chunk_index, chunk, done + read
+        done_in_file = read
+    done += done_in_file
+
+
+def text_files(input_files):
+  """The files of comma-separated globs (or a list of paths), each
+  pattern's matches sorted; folders are left out (as Beam's file systems
+  do).
+
+  Raises:
+    FileNotFoundError: a pattern matches no file.
+  """
+  from bertexp.data import pipeline
+  if not isinstance(input_files, str):
+    return list(input_files)
+  return [f for f in pipeline.list_files(input_files) if not os.path.isdir(f)]
+
+
+def chunk_seed(random_seed, file_index, chunk_index):
+  """The seed of one chunk's RNGs: a chunk's instances depend only on its
+  text and its place, so files and chunks can be processed anywhere."""
+  return int(np.random.SeedSequence(
+      [random_seed, file_index, chunk_index]).generate_state(1, np.uint64)[0])
 
 
 # -- one chunk (runs in a worker) --------------------------------------------
 
-class _Worker:
-  """Tokenizer + vocab tables, built once per process."""
+class ChunkWorker:
+  """Turns chunks of documents into serialised instances; holds the
+  tokenizer and vocab tables, built once per process."""
 
   def __init__(self, options):
     from bertexp.data import tokenization
@@ -157,7 +206,15 @@ class _Worker:
     return result
 
   def process(self, chunk, seed):
-    """documents -> (serialised examples, stats)."""
+    """One chunk's instances.
+
+    Args:
+      chunk: a list of documents (lists of lines).
+      seed: the chunk's seed (`chunk_seed`).
+
+    Returns:
+      (serialised tf.train.Examples, a dict of counts for the meta data).
+    """
     from bertexp.data import records
     lines = [line for document in chunk for line in document]
     tokenized = self.tokenize_lines(lines)
@@ -343,7 +400,7 @@ _WORKER = None
 def _init_worker(options):
   global _WORKER
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  _WORKER = _Worker(options)
+  _WORKER = ChunkWorker(options)
 
 
 def _process(task):
@@ -363,13 +420,16 @@ def _bounded_in_order(pool, tasks, window):
     yield pending.popleft().get()
 
 
-def _chunk_seed(random_seed, chunk_index):
-  return (random_seed * 1_000_003 + chunk_index) % (2 ** 63)
-
-
 class _Progress:
   def __init__(self, total_bytes):
     self.total, self.start, self.last = total_bytes, time.time(), 0.0
+    self.open_line = False
+
+  def end_line(self):
+    """Ends a progress line left open (before an error is printed)."""
+    if self.open_line:
+      sys.stderr.write("\n")
+      self.open_line = False
 
   def update(self, done_bytes, instances, final=False):
     now = time.time()
@@ -381,25 +441,66 @@ class _Progress:
                      f"{self.total / 1e6:.1f} MB, {instances:,} instances, "
                      f"{rate:.2f} MB/s" + ("\n" if final else ""))
     sys.stderr.flush()
+    self.open_line = not final
+
+
+def add_counts(total, counts):
+  """Adds a chunk's `counts` (ChunkWorker.process) into `total`."""
+  for key, value in counts.items():
+    total[key] = total.get(key, 0) + value
+
+
+def check_instances(instances, input_files):
+  """Raises ValueError when a corpus gave no instance at all."""
+  if not instances:
+    raise ValueError(f"{input_files}: no pretraining instance (empty corpus, "
+                     "or no line with a token in the vocabulary)")
+
+
+def build_meta(options, *, files, input_bytes, instances, counts, seconds,
+               **extra):
+  """The `_meta_data` of prepared pretraining records: the options, the
+  input, the instance count and the corpus counts; `extra` adds fields."""
+  return dict(dataclasses.asdict(options), task="pretraining",
+              input_files=files, input_bytes=input_bytes,
+              train_data_size=instances,
+              vocab_sha256=fileio.sha256(options.vocab_file),
+              seconds=round(seconds, 2),
+              masked_fraction=counts["masked"] / max(1, counts["instance_tokens"]),
+              **counts, **extra)
 
 
 def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
                         chunk_bytes=1 << 20, progress=True):
-  """Writes output_file (TFRecord) and <output stem>_meta_data; returns meta."""
-  from bertexp.data import pipeline
+  """Writes `output_file` (one TFRecord file) and its `_meta_data`.
+
+  Args:
+    input_files: a comma-separated list of globs, or a list of paths.
+    output_file: the TFRecord file to write (renamed into place when done).
+    options: an `Options`.
+    num_workers: processes (default up to 2, one per core).
+    chunk_bytes: text per chunk; the output depends on it.
+    progress: print MB/s to stderr.
+
+  Returns:
+    The meta data (a dict), also written to `meta_path(output_file)`.
+
+  Raises:
+    ValueError: bad options or input (named), or no instance at all.
+  """
   from bertexp.data import records
   options.check()
-  files = pipeline.list_files(input_files) if isinstance(input_files, str) \
-      else list(input_files)
-  total = sum(os.path.getsize(f) for f in files)
+  files = text_files(input_files)
+  total = sum(os.path.getsize(f) for f in files if os.path.exists(f))
   num_workers = num_workers or min(2, os.cpu_count() or 1)
   if os.path.dirname(output_file):
     fileio.makedirs(os.path.dirname(output_file))
   writer = records.RecordWriter(output_file)
-  stats, progress_bar = {}, _Progress(total) if progress else None
+  counts, progress_bar = {}, _Progress(total) if progress else None
   start = time.time()
-  tasks = ((chunk, _chunk_seed(options.random_seed, i), bytes_read)
-           for i, (chunk, bytes_read) in enumerate(read_chunks(files, chunk_bytes)))
+  tasks = ((chunk, chunk_seed(options.random_seed, file_index, chunk_index),
+            bytes_read) for file_index, chunk_index, chunk, bytes_read
+           in read_chunks(files, chunk_bytes))
   pool = None
   try:
     if num_workers > 1:
@@ -409,18 +510,17 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
     else:
       _init_worker(options)
       results = map(_process, tasks)
-    for bytes_read, (examples, chunk_stats) in results:
+    for bytes_read, (examples, chunk_counts) in results:
       writer.write_serialized(examples)
-      for key, value in chunk_stats.items():
-        stats[key] = stats.get(key, 0) + value
+      add_counts(counts, chunk_counts)
       if progress_bar:
         progress_bar.update(bytes_read, writer.count)
-    if not writer.count:
-      raise ValueError(f"{input_files}: no pretraining instance (empty corpus, "
-                       "or no line with a token in the vocabulary)")
+    check_instances(writer.count, input_files)
     writer.commit()
   except BaseException:
     writer.abort()
+    if progress_bar:
+      progress_bar.end_line()
     raise
   finally:
     if pool:
@@ -428,16 +528,13 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
   seconds = time.time() - start
   if progress_bar:
     progress_bar.update(total, writer.count, final=True)
-  meta = dict(dataclasses.asdict(options), task="pretraining",
-              input_files=files, input_bytes=total, train_data_size=writer.count,
-              vocab_sha256=fileio.sha256(options.vocab_file),
-              seconds=round(seconds, 2),
-              masked_fraction=stats["masked"] / max(1, stats["instance_tokens"]),
-              **stats)
+  meta = build_meta(options, files=files, input_bytes=total,
+                    instances=writer.count, counts=counts, seconds=seconds,
+                    runner="direct", chunk_bytes=chunk_bytes)
   fileio.write_json(meta_path(output_file), meta)
   logging.info("%s: %d instances from %d documents (%d lines, %d without "
                "tokens skipped), %.1f MB in %.1f s", output_file, writer.count,
-               stats["documents"], stats["lines"], stats["empty_lines"],
+               counts["documents"], counts["lines"], counts["empty_lines"],
                total / 1e6, seconds)
   return meta
 

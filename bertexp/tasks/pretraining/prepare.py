@@ -1,6 +1,7 @@
 """`bertexp prepare pretraining`: raw text -> masked-LM / next-sentence
 records (see bertexp.tasks.pretraining.data)."""
 from bertexp.tasks import prepare_command
+from bertexp.util import beam_io
 
 
 def _arguments(parser):
@@ -25,7 +26,15 @@ def _arguments(parser):
   parser.add_argument("--chinese_word_segmenter", choices=["jieba"])
   parser.add_argument("--no_lower_case", action="store_true")
   parser.add_argument("--num_workers", type=int,
-                      help="processes (default: up to 2, one per core)")
+                      help="--runner=direct: processes (default: up to 2, one "
+                           "per core)")
+  parser.add_argument("--chunk_bytes", type=int, default=1 << 20,
+                      help="text per chunk (random next sentences come from "
+                           "the same chunk); the records depend on it")
+  beam_io.add_runner_flags(parser)
+  parser.add_argument("--num_shards", type=int, default=0,
+                      help="--runner=beam: output shards OUTPUT-00000-of-N "
+                           "(default: one per ~256 MB of records)")
 
 
 def _run(args):
@@ -38,13 +47,23 @@ def _run(args):
       do_whole_word_mask=args.do_whole_word_mask,
       chinese_word_segmenter=args.chinese_word_segmenter,
       do_lower_case=not args.no_lower_case)
-  meta = pretraining.prepare_pretraining(
-      input_files=args.input_file, output_file=args.output_file,
-      options=options, num_workers=args.num_workers)
+  if args.runner == "beam":
+    from bertexp.tasks.pretraining import beam_pipeline
+    meta = beam_pipeline.prepare_pretraining_beam(
+        input_files=args.input_file, output_file=args.output_file,
+        options=options, beam_options=args.beam_options,
+        num_shards=args.num_shards, chunk_bytes=args.chunk_bytes)
+    written = meta["train_data_pattern"]
+  else:
+    meta = pretraining.prepare_pretraining(
+        input_files=args.input_file, output_file=args.output_file,
+        options=options, num_workers=args.num_workers,
+        chunk_bytes=args.chunk_bytes)
+    written = args.output_file
   print(f"prepared pretraining: {meta['train_data_size']} instances from "
         f"{meta['documents']} documents, masked fraction "
         f"{meta['masked_fraction']:.4f}, {meta['unknown_tokens']} [UNK] of "
-        f"{meta['tokens']} tokens -> {args.output_file}", flush=True)
+        f"{meta['tokens']} tokens -> {written}", flush=True)
 
 
 COMMANDS = (prepare_command.PrepareCommand(

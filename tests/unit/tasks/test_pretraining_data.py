@@ -96,8 +96,9 @@ def test_masking_statistics(english, tmp_path):
   assert (ids[:, 0] == tokens.index("[CLS]")).all()
   assert (ids[np.arange(n), lengths - 1] == tokens.index("[SEP]")).all()
   assert ((data["segment_ids"] == 1).sum(1) >= 2).all()   # B + its [SEP]
-  # NSP: about half random (label 1 = random B).
-  assert abs(data["next_sentence_labels"].mean() - 0.5) < 0.05
+  # NSP: about half random (label 1 = random B); a bit more, since a
+  # document's lone last segment always gets a random B (as the original).
+  assert 0.45 < data["next_sentence_labels"].mean() < 0.6
   assert meta["random_next"] == data["next_sentence_labels"].sum()
   assert meta["masked_fraction"] == pytest.approx(masked.sum() / lengths.sum())
 
@@ -179,7 +180,7 @@ def test_chinese_whole_word_masking_follows_jieba(tmp_path):
 
 
 @pytest.mark.parametrize("case,message", [
-    ("empty", "no pretraining instance"),
+    ("empty", "empty.txt: no text"),
     ("no_mask", "no \\[MASK\\] token"),
     ("short", "max_seq_length 4 leaves no room"),
 ])

@@ -70,11 +70,12 @@ def test_beam_shards_concatenate_to_the_in_process_file(
     corpus, vocab, in_process, tmp_path, engine):
   records, direct_meta = in_process
   out = tmp_path / "pre.tfrecord"
+  (tmp_path / "pre.tfrecord-00000-of-00007").write_bytes(b"an older run's shard")
   assert _prepare(corpus, vocab, out, "--runner=beam", "--num_shards=4",
                   f"--beam_options={ENGINES[engine]}") == 0
   shards = [out.parent / f"pre.tfrecord-{i:05d}-of-00004" for i in range(4)]
   assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-      [p.name for p in shards] + ["pre_meta_data"])          # no temp left
+      [p.name for p in shards] + ["pre_meta_data"])  # no temp, no old shard
   assert b"".join(p.read_bytes() for p in shards) == records
   meta = json.loads((tmp_path / "pre_meta_data").read_text())
   assert meta["num_shards"] == 4 and meta["runner"] == "beam"
@@ -101,13 +102,14 @@ def test_beam_vocabulary_equals_the_in_process_one(corpus, vocab, tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["beam.txt"]
 
 
-@pytest.mark.parametrize("damage,message", [
-    ("undecodable", "c_mixed.txt:4: not UTF-8 text"),
-    ("empty", "d_empty.txt: no text"),
-    ("dangling link", "e_gone.txt: cannot be read"),
+@pytest.mark.parametrize("damage,message,engine", [
+    ("undecodable", "c_mixed.txt:4: not UTF-8 text", "2 processes"),
+    ("empty", "d_empty.txt: no text", "1 worker"),
+    ("dangling link", "e_gone.txt: cannot be read", "1 worker"),
 ])
 def test_damaged_input_is_named_and_old_output_stays(
-    corpus, vocab, tmp_path, capsys, damage, message):
+    corpus, vocab, tmp_path, capsys, damage, message, engine):
+  """The worker's error (in this process, or another one) is one line."""
   broken = tmp_path / "corpus"
   broken.mkdir()
   for path in corpus.iterdir():
@@ -129,11 +131,12 @@ def test_damaged_input_is_named_and_old_output_stays(
     path.write_bytes(content)
   for runner in ("beam", "direct"):
     assert _prepare(broken, vocab, out, f"--runner={runner}",
-                    f"--beam_options={TWO_WORKERS}") == 2
+                    f"--beam_options={ENGINES[engine]}") == 2
     error = capsys.readouterr().err
     last = error.strip().splitlines()[-1]       # after progress lines
     assert last.startswith("bertexp: error: ") and message in last, (runner, error)
     assert "Traceback" not in error and "bertexp input error" not in error
+    assert "while running" not in last
     assert {p: p.read_bytes() for p in out.parent.iterdir()} == old, runner
 
 
@@ -153,4 +156,4 @@ def test_a_file_beam_cannot_open_is_named(tmp_path):
   from bertexp.tasks.pretraining import beam_pipeline
   from bertexp.util import beam_io
   with pytest.raises(beam_io.InputError, match=f"{tmp_path}: cannot be read"):
-    list(beam_pipeline._read_file((0, str(tmp_path)), 1024))
+    list(beam_pipeline._find_chunks((0, str(tmp_path)), 1024))

@@ -133,22 +133,40 @@ def test_wheel_installs_with_its_dependencies_and_runs_a_shipped_experiment(
   assert "TensorFlow's oneDNN CPU kernels: " in result.stderr
 
 
-SERVER_LIBRARIES = ("grpc", "werkzeug", "tensorflow_serving")
+SERVER_LIBRARIES = ("grpc", "werkzeug", "tensorflow_serving", "apache_beam")
 
 
 def test_training_and_export_import_no_server_library():
-  """The [serve] extra's libraries are the server's alone: importing
-  bertexp, its configurables, the experiment (train, export, ONNX export)
-  and the Predictor loads none of them."""
+  """The [serve] and [beam] extras' libraries are the server's and the
+  Beam pipelines' alone: importing bertexp, its configurables, the
+  experiment (train, export, ONNX export), the Predictor and the in-process
+  pretraining data path loads none of them."""
   code = ("import sys, bertexp\n"
           "from bertexp import cli, experiment, registry\n"
           "from bertexp.serving.exporting import onnx_export, predictor\n"
+          "from bertexp.tasks.pretraining import data, prepare, task\n"
+          "from bertexp.data import vocab\n"
           "cli.build_parser()\n"
           f"print([m for m in {SERVER_LIBRARIES!r} if m in sys.modules])\n")
   done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True,
                         capture_output=True, check=True,
                         env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
   assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
+
+
+def test_runner_beam_without_the_beam_extra_says_how_to_install_it(tmp_path):
+  code = ("import sys\n"
+          "sys.modules['apache_beam'] = None      # as if not installed\n"
+          "from bertexp import cli\n"
+          f"sys.exit(cli.main(['build-vocab', '--input_file={tmp_path}/*',\n"
+          "  '--vocab_size=100', '--output=v.txt', '--runner=beam']))\n")
+  done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), text=True,
+                        capture_output=True,
+                        env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
+  assert done.returncode == 2, done.stderr[-2000:]
+  message = done.stderr.strip().splitlines()[-1]
+  assert message.startswith("bertexp: error: --runner=beam needs apache_beam: "
+                            "pip install 'bertexp[beam]'"), message
 
 
 def test_serve_without_the_serve_extra_says_how_to_install_it(tmp_path):

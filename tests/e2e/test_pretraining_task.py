@@ -27,18 +27,23 @@ def _corpus(path, documents=40):
 
 def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_config):
   _corpus(tmp_path / "corpus.txt")
-  for split, seed in (("train", 1), ("eval", 2)):
+  # Training data in 3 shards from the Beam pipeline; eval data in-process.
+  for split, seed, runner in (("train", 1, ["--runner=beam", "--num_shards=3",
+                                             "--chunk_bytes=2000"]),
+                              ("eval", 2, ["--num_workers=1"])):
     assert cli.main(["prepare", "pretraining", f"--input_file={tmp_path}/corpus.txt",
                      f"--output_file={tmp_path}/data/pre_{split}.tfrecord",
                      f"--vocab_file={tiny_vocab}", "--max_seq_length=32",
                      "--max_predictions_per_seq=5", "--dupe_factor=2",
                      f"--random_seed={seed}", "--do_whole_word_mask",
-                     "--num_workers=1"]) == 0
+                     *runner]) == 0
   meta = json.loads((tmp_path / "data" / "pre_train_meta_data").read_text())
   assert meta["task"] == "pretraining" and meta["train_data_size"] > 50
+  assert meta["num_shards"] == 3 and meta["train_data_pattern"].endswith(
+      "pre_train.tfrecord-?????-of-00003")
   model_dir = tmp_path / "pretrain"
   params = {"BERT_CONFIG_FILE": f'"{tiny_config}"',
-            "TRAIN_DATA_PATH": f'"{tmp_path}/data/pre_train.tfrecord"',
+            "TRAIN_DATA_PATH": f'"{meta["train_data_pattern"]}"',
             "EVAL_DATA_PATH": f'"{tmp_path}/data/pre_eval.tfrecord"',
             "INPUT_META_DATA_PATH": f'"{tmp_path}/data/pre_train_meta_data"',
             "MODEL_DIR": f'"{model_dir}"', "TRAIN_BATCH_SIZE": 8,
@@ -47,6 +52,8 @@ def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_con
   assert cli.main(["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin"] +
                   [f"--gin_param={k}={v}" for k, v in params.items()]) == 0
   summary = json.loads((model_dir / "training_summary.json").read_text())
+  assert sum("pre_train.tfrecord-0000" in f
+             for f in summary["provenance"]["data_files"]) == 3
   for metrics in (summary["initial_eval_metrics"], summary["eval_metrics"]):
     assert set(metrics) >= {"mlm_accuracy", "mlm_loss", "nsp_accuracy", "nsp_loss"}
     assert 0 <= metrics["mlm_accuracy"] <= 1

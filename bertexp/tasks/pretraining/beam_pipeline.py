@@ -1,9 +1,9 @@
 """`bertexp prepare pretraining --runner=beam`: the same records as the
 in-process path, written by an Apache Beam pipeline in ordered shards.
 
-    input files --read each file's chunks--> (file, chunk, documents)
-        --reshuffle--> instances of each chunk, written to a temporary
-        TFRecord file per chunk (any worker, any order)
+    input files --scan each file--> (file, chunk, byte range) of its chunks
+        --reshuffle--> each chunk's bytes read, its instances written to a
+        temporary TFRecord file per chunk (any worker, any order)
         --all chunk files, in (file, chunk) order--> shards: consecutive
         chunk files concatenated (TFRecord files concatenate byte for byte)
 
@@ -15,8 +15,10 @@ folder beside the output; only when the pipeline has succeeded are the
 shards renamed to OUTPUT-00000-of-0000N (older shards of OUTPUT removed) and
 the meta data written, last: it lists the shards and their instance counts.
 """
+import io
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -33,16 +35,32 @@ SHARD_BYTES = 256 << 20
 _COPY_BLOCK = 16 << 20
 
 
-def _read_file(element, chunk_bytes):
-  """(file index, path) -> (file index, chunk index, documents) of that file."""
+def _find_chunks(element, chunk_bytes):
+  """(file index, path) -> (file index, chunk index, path, first byte, end
+  byte) of each chunk of that file: only places go through the shuffle,
+  and the worker that builds a chunk's instances reads its bytes itself."""
   file_index, path = element
+  start = 0
   try:
     with beam_io.open_input(path) as stream:
-      for chunk_index, (chunk, _) in enumerate(
+      for chunk_index, (_, end) in enumerate(
           data.file_chunks(path, stream, chunk_bytes)):
-        yield file_index, chunk_index, chunk
+        yield file_index, chunk_index, path, start, end
+        start = end
   except ValueError as e:
     raise beam_io.as_input_error(e) from e
+
+
+def _read_chunk(path, start, end):
+  """The documents of bytes [start, end) of `path` (one chunk)."""
+  with beam_io.open_input(path) as stream:
+    stream.seek(start)
+    raw = stream.read(end - start)
+  if len(raw) != end - start:
+    raise beam_io.InputError(f"{path}: changed while being read (bytes "
+                             f"{start}-{end} gave {len(raw)})")
+  chunks = list(data.file_chunks(path, io.BytesIO(raw), math.inf))
+  return chunks[0][0]
 
 
 class _WriteChunk:
@@ -53,9 +71,10 @@ class _WriteChunk:
     self.worker = None
 
   def __call__(self, element):
-    file_index, chunk_index, chunk = element
+    file_index, chunk_index, path, start, end = element
     if self.worker is None:          # once per worker process
       self.worker = data.ChunkWorker(self.options)
+    chunk = _read_chunk(path, start, end)
     seed = data.chunk_seed(self.options.random_seed, file_index, chunk_index)
     examples, counts = self.worker.process(chunk, seed)
     path = None
@@ -133,7 +152,7 @@ def _build(pipeline, beam, files, options, temp_dir, chunk_bytes, num_shards):
     fileio.write_json(f"{temp_dir}/chunks.json", rows)
   table = (pipeline
            | "Files" >> beam.Create(list(enumerate(files)))
-           | "ReadChunks" >> beam.FlatMap(_read_file, chunk_bytes)
+           | "FindChunks" >> beam.FlatMap(_find_chunks, chunk_bytes)
            | "SpreadChunks" >> beam.Reshuffle()
            | "Instances" >> beam.Map(_WriteChunk(options, temp_dir))
            | "Table" >> beam.combiners.ToList())

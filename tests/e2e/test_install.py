@@ -6,6 +6,8 @@ import subprocess
 import sys
 import sysconfig
 
+import pytest
+
 from bertexp import gin_setup
 from conftest import REPO, prepare_tiny_sst2_run
 
@@ -154,30 +156,22 @@ def test_training_and_export_import_no_server_library():
   assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
 
 
-def test_runner_beam_without_the_beam_extra_says_how_to_install_it(tmp_path):
+@pytest.mark.parametrize("missing,command,message", [
+    ("werkzeug", "['serve', 'no_such_model']",
+     "bertexp serve needs werkzeug: pip install 'bertexp[serve]'"),
+    ("apache_beam", "['build-vocab', '--input_file=*', '--vocab_size=100', "
+                    "'--output=v.txt', '--runner=beam']",
+     "--runner=beam needs apache_beam: pip install 'bertexp[beam]'"),
+])
+def test_a_missing_extra_names_its_install_command(tmp_path, missing, command,
+                                                   message):
   code = ("import sys\n"
-          "sys.modules['apache_beam'] = None      # as if not installed\n"
+          f"sys.modules[{missing!r}] = None      # as if not installed\n"
           "from bertexp import cli\n"
-          f"sys.exit(cli.main(['build-vocab', '--input_file={tmp_path}/*',\n"
-          "  '--vocab_size=100', '--output=v.txt', '--runner=beam']))\n")
+          f"sys.exit(cli.main({command}))\n")
   done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), text=True,
                         capture_output=True,
                         env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
   assert done.returncode == 2, done.stderr[-2000:]
-  message = done.stderr.strip().splitlines()[-1]
-  assert message.startswith("bertexp: error: --runner=beam needs apache_beam: "
-                            "pip install 'bertexp[beam]'"), message
-
-
-def test_serve_without_the_serve_extra_says_how_to_install_it(tmp_path):
-  code = ("import sys\n"
-          "sys.modules['werkzeug'] = None      # as if not installed\n"
-          "from bertexp import cli\n"
-          f"sys.exit(cli.main(['serve', {str(tmp_path)!r}]))\n")
-  done = subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True,
-                        capture_output=True,
-                        env=dict(os.environ, TF_USE_LEGACY_KERAS="1"))
-  assert done.returncode == 2, done.stderr[-2000:]
-  message = done.stderr.strip().splitlines()[-1]
-  assert message.startswith("bertexp: error: bertexp serve needs werkzeug: "
-                            "pip install 'bertexp[serve]'"), message
+  last = done.stderr.strip().splitlines()[-1]
+  assert last.startswith("bertexp: error: " + message), last

@@ -90,11 +90,13 @@ def test_beam_shards_concatenate_to_the_in_process_file(
   assert pipeline.list_files(meta["train_data_pattern"]) == [str(p) for p in shards]
 
 
-def test_beam_vocabulary_equals_the_in_process_one(corpus, vocab, tmp_path):
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_beam_vocabulary_equals_the_in_process_one(corpus, vocab, tmp_path,
+                                                   engine):
   assert cli.main(["build-vocab", f"--input_file={corpus}/*.txt",
                    "--vocab_size=3000", "--chinese", "--runner=beam",
                    f"--output={tmp_path}/beam.txt",
-                   f"--beam_options={TWO_WORKERS}"]) == 0
+                   f"--beam_options={ENGINES[engine]}"]) == 0
   direct = vocab.read_text()
   assert (tmp_path / "beam.txt").read_text() == direct
   tokens = direct.split()

@@ -4,6 +4,7 @@ MobileBERT, ELECTRA as its BERT encoder with factorised embeddings), against
 Model Garden's encoder; same shapes, same token ids, same threads.
 
     python tools/bench_families.py [--steps 20] [--rounds 2] [--families ...]
+        [--precisions float32,bfloat16]
 
 For each family, a sequence classifier of the shape below is made with
 random weights by transformers (tools/hf_reference.py --save_random, in the
@@ -13,8 +14,10 @@ ids bertexp's training order gives; AdamW, warmup/decay, clipping to 1.0)
 as tools/bench_vs_hf.py does for MiniLM; Model Garden's side is
 tools/model_garden_reference.py on the same batches. Rows: examples/s of
 each side (medians of --rounds, alternating) and the ratios bertexp / each
-reference (> 1: bertexp faster), float32, fixed padding, with the CPU
-printed.
+reference (> 1: bertexp faster), fixed padding, with the CPU printed; per
+precision: float32 (all three sides), and on a CPU with bfloat16
+instructions bfloat16 (bertexp's mixed_bfloat16 policy against Hugging
+Face's torch.autocast to bfloat16; Model Garden's side is float32 only).
 
 The shapes are MiniLM-L6's (6 layers, width 384, 12 heads, feed-forward
 1536) in each family's own form: ELECTRA and ALBERT with 128-wide embeddings
@@ -80,21 +83,25 @@ def make_family(family, folder):
   return hf_dir, ours
 
 
-def measure(family, args, tmp):
+def measure(family, precision, args, tmp):
   """(parameters, bertexp ex/s, Hugging Face ex/s, Model Garden ex/s or
-  None) of one family."""
-  hf_dir, ours = make_family(family, os.path.join(tmp, family))
+  None) of one family in one precision."""
+  folder = os.path.join(tmp, family)
+  if os.path.exists(folder):
+    hf_dir, ours = os.path.join(folder, "hf"), os.path.join(folder, "bertexp")
+  else:
+    hf_dir, ours = make_family(family, folder)
   task = bench_vs_hf._task(encoder_dir=ours)  # pylint: disable=protected-access
   batches_file = os.path.join(tmp, "batches.npz")
   if not os.path.exists(batches_file):
     bench_vs_hf.dump_batches(task, args.steps + 3, batches_file)
   mine, theirs, garden = [], [], []
   for _ in range(args.rounds):
-    mine.append(bench_vs_hf.bertexp_rate(task, "float32", args.steps, None,
+    mine.append(bench_vs_hf.bertexp_rate(task, precision, args.steps, None,
                                          encoder_dir=ours))
-    theirs.append(bench_vs_hf.hf_rate(batches_file, "float32", "fixed",
+    theirs.append(bench_vs_hf.hf_rate(batches_file, precision, "fixed",
                                       model_dir=hf_dir))
-    if family in model_garden_reference.FAMILIES:
+    if precision == "float32" and family in model_garden_reference.FAMILIES:
       garden.append(model_garden_reference.rate(family, SHAPES[family],
                                                 batches_file))
   config = encoders.read_config(os.path.join(ours, "bert_config.json"))
@@ -108,24 +115,32 @@ def main():
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--rounds", type=int, default=2)
   parser.add_argument("--families", default=",".join(SHAPES))
+  parser.add_argument(
+      "--precisions", default=None,
+      help="comma-separated; default float32,bfloat16 on a CPU with bfloat16 "
+           "instructions, float32 elsewhere")
   args = parser.parse_args()
+  if args.precisions is None:
+    args.precisions = ("float32,bfloat16" if machine.cpu_has_native_bfloat16()
+                       else "float32")
   print(machine.cpu_line(), flush=True)
   if not os.path.exists(bench_vs_hf.HF_PYTHON):
     sys.exit(f"{bench_vs_hf.HF_PYTHON} missing: run `make bench` (it builds "
              "that venv)")
   tf.config.threading.set_intra_op_parallelism_threads(2)
   tf.config.threading.set_inter_op_parallelism_threads(2)
-  print("| family | encoder parameters | bertexp ex/s | Model Garden ex/s | "
-        "ratio | Hugging Face ex/s | ratio |\n|---|---|---|---|---|---|---|",
-        flush=True)
+  print("| family | precision | encoder parameters | bertexp ex/s | Model "
+        "Garden ex/s | ratio | Hugging Face ex/s | ratio |\n"
+        "|---|---|---|---|---|---|---|---|", flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     for family in args.families.split(","):
-      parameters, mine, theirs, garden = measure(family, args, tmp)
-      versus_garden = (f"{garden:.1f} | {mine / garden:.2f}" if garden
-                       else "— | —")
-      print(f"| {family} | {parameters / 1e6:.1f} M | {mine:.1f} | "
-            f"{versus_garden} | {theirs:.1f} | {mine / theirs:.2f} |",
-            flush=True)
+      for precision in args.precisions.split(","):
+        parameters, mine, theirs, garden = measure(family, precision, args, tmp)
+        versus_garden = (f"{garden:.1f} | {mine / garden:.2f}" if garden
+                         else "— | —")
+        print(f"| {family} | {precision} | {parameters / 1e6:.1f} M | "
+              f"{mine:.1f} | {versus_garden} | {theirs:.1f} | "
+              f"{mine / theirs:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -114,8 +114,9 @@ def test_damaged_input_is_named_and_old_output_stays(
   """The worker's error (in this process, or another one) is one line."""
   broken = tmp_path / "corpus"
   broken.mkdir()
-  for path in corpus.iterdir():
-    (broken / path.name).write_bytes(path.read_bytes())
+  for path in corpus.iterdir():        # the first 40 lines of each file
+    (broken / path.name).write_bytes(
+        b"\n".join(path.read_bytes().split(b"\n")[:40]))
   if damage == "undecodable":
     lines = (broken / "c_mixed.txt").read_bytes().split(b"\n")
     lines[3] = lines[3][:5] + b"\xff\xfe" + lines[3][5:]
@@ -140,6 +141,17 @@ def test_damaged_input_is_named_and_old_output_stays(
     assert "Traceback" not in error and "bertexp input error" not in error
     assert "while running" not in last
     assert {p: p.read_bytes() for p in out.parent.iterdir()} == old, runner
+
+
+def test_a_vocabulary_without_mask_is_refused_before_the_pipeline_runs(
+    corpus, tmp_path, capsys):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+  assert _prepare(corpus, vocab, tmp_path / "out" / "pre.tfrecord",
+                  "--runner=beam") == 2
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "no [MASK] token" in last and str(vocab) in last
+  assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
 def test_incomplete_shard_set_is_refused_by_training_input(tmp_path):

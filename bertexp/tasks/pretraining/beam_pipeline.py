@@ -199,6 +199,7 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
   """
   beam = beam_io.require_beam()
   options.check()
+  data.ChunkWorker(options)     # the vocabulary's and segmenter's errors, here
   files = beam_io.match_files(input_files)
   start = time.time()
   parent = os.path.dirname(output_file)

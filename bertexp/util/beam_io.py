@@ -155,13 +155,14 @@ def run(pipeline):
     ValueError: a worker met bad input (the one-line message, without the
       runner's traceback); any other failure is re-raised as it came.
   """
+  local = _runs_here(pipeline)
   quiet = (stderr_capture.captured_stderr(replay_unless=InputError)
-           if _runs_here(pipeline) else contextlib.nullcontext())
+           if local else contextlib.nullcontext())
   beam_logs = logging.getLogger("apache_beam")
   level = beam_logs.level
   try:
     with quiet:
-      if _runs_here(pipeline):
+      if local:
         beam_logs.setLevel(logging.CRITICAL)
       try:
         result = pipeline.run()

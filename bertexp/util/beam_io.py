@@ -98,8 +98,9 @@ def _check_local_matches(pattern, paths):
   if "://" in pattern:
     return
   import glob
+  listed = {os.path.abspath(p) for p in paths}
   for path in glob.glob(pattern):
-    if not os.path.isdir(path) and os.path.abspath(path) not in paths:
+    if not os.path.isdir(path) and os.path.abspath(path) not in listed:
       raise ValueError(f"{path}: cannot be read (a dangling link?)")
 
 

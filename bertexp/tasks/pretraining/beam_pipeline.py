@@ -16,7 +16,6 @@ shards renamed to OUTPUT-00000-of-0000N (older shards of OUTPUT removed) and
 the meta data written, last: it lists the shards and their instance counts.
 """
 import io
-import json
 import logging
 import math
 import os
@@ -201,6 +200,8 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
   options.check()
   data.ChunkWorker(options)     # the vocabulary's and segmenter's errors, here
   files = beam_io.match_files(input_files)
+  if "://" not in output_file:    # workers may start in another folder
+    output_file = os.path.abspath(output_file)
   start = time.time()
   parent = os.path.dirname(output_file)
   if parent:
@@ -230,6 +231,6 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
       chunk_bytes=chunk_bytes, num_shards=len(shards), shards=shards,
       train_data_pattern=data_pipeline.shard_pattern(output_file, len(shards)))
   fileio.write_json(data.meta_path(output_file), meta)
-  logging.info("%s: %d instances in %d shards (%s)", output_file,
-               meta["train_data_size"], len(shards), json.dumps(beam_options))
+  logging.info("%s: %d instances in %d shards", output_file,
+               meta["train_data_size"], len(shards))
   return meta

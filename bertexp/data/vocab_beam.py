@@ -6,6 +6,7 @@ the driver: the same corpus gives the same vocabulary file.
 import collections
 import json
 import logging
+import os
 import uuid
 
 import numpy as np
@@ -80,6 +81,8 @@ def count_words_beam(input_files, temp_prefix, do_lower_case=True,
   """
   beam = beam_io.require_beam()
   files = beam_io.match_files(input_files)
+  if "://" not in temp_prefix:    # workers may start in another folder
+    temp_prefix = os.path.abspath(temp_prefix)
   temp = f"{temp_prefix}.tmp-{uuid.uuid4().hex[:8]}"
   tf.io.gfile.makedirs(temp)
   try:

@@ -51,12 +51,10 @@ def cmd_build_vocab(args):
   from bertexp.data import vocab
   if args.runner == "beam":
     from bertexp.data import vocab_beam
-    vocab.check_size(args.vocab_size)
-    counts = vocab_beam.count_words_beam(
-        args.input_file, args.output, do_lower_case=not args.no_lower_case,
+    tokens = vocab_beam.build_vocab_beam(
+        args.input_file, args.vocab_size, args.output,
+        do_lower_case=not args.no_lower_case, chinese=args.chinese,
         beam_options=args.beam_options)
-    tokens = vocab.learn_vocab(counts, args.vocab_size, args.output,
-                               chinese=args.chinese)
   else:
     tokens = vocab.build_vocab(args.input_file, args.vocab_size, args.output,
                                do_lower_case=not args.no_lower_case,

@@ -107,3 +107,19 @@ def count_words_beam(input_files, temp_prefix, do_lower_case=True,
   logging.info("beam counted %d distinct words in %d files", len(counts),
                len(files))
   return counts
+
+
+def build_vocab_beam(input_files, vocab_size, output, *, do_lower_case=True,
+                     chinese=False, beam_options=""):
+  """`build-vocab --runner=beam`: the words counted by Beam (workers write
+  their counts beside `output`), the vocabulary learned here and written to
+  `output` as vocab.build_vocab writes it; returns it.
+
+  Raises:
+    ValueError: no word, bad input, or a vocab_size too small.
+    FileNotFoundError: a pattern matches no file.
+  """
+  vocab.check_size(vocab_size)
+  counts = count_words_beam(input_files, output, do_lower_case=do_lower_case,
+                            beam_options=beam_options)
+  return vocab.learn_vocab(counts, vocab_size, output, chinese=chinese)

@@ -16,7 +16,7 @@ chunk; a chunk holds ~`chunk_bytes` of text and never spans two files),
 instances are shuffled within a chunk, and chunks are processed by parallel
 worker processes. Every chunk has its own RNG seeded from (seed, file index,
 chunk index), so the output is byte-identical for a seed whatever the number
-of workers, and the Apache Beam pipeline (bertexp.tasks.pretraining.beam)
+of workers, and the Apache Beam pipeline (beam_pipeline beside this module)
 writes the same records in shards. Whole-word groups never cross [SEP].
 
 Chinese whole-word masking: with `chinese_word_segmenter="jieba"`, the

@@ -96,7 +96,8 @@ class _Tables(tf.Module):
                            tf.constant(unk_id, tf.int64))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string),
-                                tf.TensorSpec([None], tf.int64)])
+                                tf.TensorSpec([None], tf.int64)],
+               autograph=False)
   def merge(self, values, splits):
     """merge_words on flat symbols and row splits, one graph for every
     batch (eager, the merge loop would run op by op)."""

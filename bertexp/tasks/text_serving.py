@@ -60,9 +60,11 @@ class TextPacker(tf.Module):
     """The concrete function of `serve_text`."""
     if self._pairs:
       return tf.function(lambda text_a, text_b: self._serve(text_a, text_b),
-                         input_signature=[_TEXT, _TEXT]).get_concrete_function()
+                         input_signature=[_TEXT, _TEXT],
+                         autograph=False).get_concrete_function()
     return tf.function(lambda text: self._serve(text, None),
-                       input_signature=[_TEXT]).get_concrete_function()
+                       input_signature=[_TEXT],
+                       autograph=False).get_concrete_function()
 
   def packer(self):
     """A TextPacker with the same tokenizer settings (the ids alone)."""

@@ -32,7 +32,8 @@ class _ServingModule(tf.Module):
 
   @tf.function(input_signature=[{
       name: tf.TensorSpec([None, None], tf.int32, name)
-      for name in ("input_word_ids", "input_mask", "input_type_ids")}])
+      for name in ("input_word_ids", "input_mask", "input_type_ids")}],
+               autograph=False)
   def serve(self, inputs):
     return self._serving_outputs(self.model(inputs, training=False))
 
@@ -87,7 +88,7 @@ def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
   spec = {name: tf.TensorSpec([1, seq], tf.int32, name)
           for name in ("input_word_ids", "input_mask", "input_type_ids")}
 
-  @tf.function(input_signature=[spec])
+  @tf.function(input_signature=[spec], autograph=False)
   def classify(features):
     return task.tflite_outputs(model(features, training=False))
 

@@ -40,7 +40,7 @@ def write(folder, *, sources, decode, teacher_outputs, teacher,
     The info written to teacher_targets.json.
   """
   fileio.makedirs(folder)
-  call = tf.function(teacher_outputs)
+  call = tf.function(teacher_outputs, autograph=False)
   written, width = [], None
   total = 0
   for index, source in enumerate(sources):

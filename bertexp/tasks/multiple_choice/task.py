@@ -109,7 +109,7 @@ class ChoiceServing(tf.Module):
     return tf.function(self._serve, input_signature=[
         tf.TensorSpec([None], tf.string, "context"),
         tf.TensorSpec([None, None], tf.string, "choices")
-    ]).get_concrete_function()
+    ], autograph=False).get_concrete_function()
 
 
 def choose(predictor, context, choices):

@@ -164,4 +164,4 @@ class SpanServing(tf.Module):
     return tf.function(
         lambda question, context: answer(self._tokenizer, self.model,
                                          self.spec, question, context),
-        input_signature=[text, text]).get_concrete_function()
+        input_signature=[text, text], autograph=False).get_concrete_function()

@@ -190,7 +190,8 @@ class TaggingServing(tf.Module):
   def signature(self):
     """The concrete function of `serve_text`."""
     return tf.function(lambda text: self._serve(text),
-                       input_signature=[_TEXT]).get_concrete_function()
+                       input_signature=[_TEXT],
+                       autograph=False).get_concrete_function()
 
 
 def predictor_row(outputs, i):

@@ -263,7 +263,7 @@ def _training_commands(sub, add):
 
   res = add(sub, "results", help="a sweep's table and plot, from disk")
   res.add_argument("output_dir")
-  res.set_defaults(func=cmd_results)
+  res.set_defaults(func=cmd_results, tensorflow=False)
   _launch_command(sub, add)
 
 
@@ -293,7 +293,7 @@ def _launch_command(sub, add):
   launch.add_argument("--accelerator_type", help="vertex: e.g. NVIDIA_L4")
   launch.add_argument("--tpu_name", help="tpu-vm: the TPU VM's name")
   launch.add_argument("--zone", help="tpu-vm: its zone")
-  launch.set_defaults(func=cmd_launch)
+  launch.set_defaults(func=cmd_launch, tensorflow=False)
 
 
 def _prepare_commands(sub, add):
@@ -520,7 +520,10 @@ def main(argv=None):
     handler.addFilter(_QuietLog())
   if not args.verbose:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    load_tensorflow_quietly()
+    # launch starts other processes and results reads and writes small
+    # files: they load TensorFlow (~3 CPU-seconds) only if a path needs it.
+    if getattr(args, "tensorflow", True):
+      load_tensorflow_quietly()
   try:
     args.func(args)
   except stop_signals.RunStopped as e:

@@ -1,5 +1,5 @@
 """`make bench`: `bertexp prepare pretraining` on one corpus, in-process and
-as an Apache Beam pipeline on the DirectRunner (1 worker in this process, 2
+as an Apache Beam pipeline on its local runner (1 worker in this process, 2
 worker processes), with MB/s, the ratios, the CPU, and whether every
 output is byte for byte the in-process file.
 

@@ -16,14 +16,14 @@ import re
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import verified
 from bertexp.model import encoders
 from bertexp.util import fileio
 
 ENCODER_PREFIX = "bert_model.ckpt"
-BEST_INFO = "best_checkpoint.json"
-# Early stopping's record in MODEL_DIR (bertexp.train.loop.EarlyStopping).
-EARLY_STOPPING_INFO = "early_stopping.json"
+BEST_INFO = run_files.BEST_INFO
+EARLY_STOPPING_INFO = run_files.EARLY_STOPPING_INFO
 
 
 # The config file of an encoder folder (beside bert_model.ckpt).

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from optuna.trial import TrialState
 
-from bertexp.checkpoints import run_dir
+from bertexp.checkpoints import run_files
 from bertexp.train import stop_signals
 from bertexp.util import fileio
 
@@ -63,7 +63,7 @@ def selection_value(folder):
 
 def _selection_metric(folder):
   """The metric the trial's best checkpoint is chosen by, once it evaluated."""
-  info = os.path.join(folder, "best_checkpoint", run_dir.BEST_INFO)
+  info = os.path.join(folder, "best_checkpoint", run_files.BEST_INFO)
   return fileio.read_json(info)["metric"] if os.path.exists(info) else None
 
 
@@ -81,7 +81,7 @@ def evaluations(folder):
 def _record_pruned(folder, step):
   """Marks the trial's run as stopped at `step`, as early stopping does: a
   rerun trains no further, predict and export use best_checkpoint/."""
-  fileio.write_json(os.path.join(folder, run_dir.EARLY_STOPPING_INFO), {
+  fileio.write_json(os.path.join(folder, run_files.EARLY_STOPPING_INFO), {
       "metric": _selection_metric(folder), "stopped_early_at_step": step,
       "pruned": True})
 

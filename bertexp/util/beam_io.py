@@ -34,9 +34,9 @@ def add_runner_flags(parser):
            "the runner --beam_options names")
   parser.add_argument(
       "--beam_options", default="",
-      help="Beam's pipeline flags in one string, e.g. '--runner=DirectRunner "
-           "--direct_num_workers=2 --direct_running_mode=multi_processing' "
-           "or Dataflow's, Flink's, Spark's")
+      help="Beam's pipeline flags in one string, e.g. '--direct_num_workers=2 "
+           "--direct_running_mode=multi_processing' (the local runner, "
+           "Beam's FnApiRunner) or Dataflow's, Flink's, Spark's")
 
 
 def require_beam():
@@ -49,9 +49,21 @@ def require_beam():
                         "--runner=beam")
 
 
+# The local runner: Beam's DirectRunner would first fetch its Prism runner
+# from GitHub at run time (offline it fails and falls back; online it runs
+# another engine, which ignores --direct_num_workers). Its batch engine, the
+# FnApiRunner, runs these pipelines in this process or in
+# --direct_num_workers local worker processes.
+LOCAL_RUNNER = "FnApiRunner"
+_LOCAL_RUNNERS = (None, "DirectRunner", "direct", LOCAL_RUNNER,
+                  "SwitchingDirectRunner", "BundleBasedDirectRunner",
+                  "PrismRunner")
+
+
 def pipeline_options(text):
   """Beam's PipelineOptions from one string of flags, as a shell splits it
-  (e.g. "--runner=DirectRunner --direct_num_workers=2").
+  (e.g. "--direct_num_workers=2 --direct_running_mode=multi_processing").
+  No --runner, or --runner=DirectRunner, runs LOCAL_RUNNER.
 
   Raises:
     ValueError: the string does not split (an unclosed quote).
@@ -61,7 +73,11 @@ def pipeline_options(text):
     flags = shlex.split(text or "")
   except ValueError as e:
     raise ValueError(f"--beam_options {text!r}: {e}") from None
-  return options_lib.PipelineOptions(flags)
+  options = options_lib.PipelineOptions(flags)
+  standard = options.view_as(options_lib.StandardOptions)
+  if standard.runner in (None, "DirectRunner", "direct"):
+    standard.runner = LOCAL_RUNNER
+  return options
 
 
 def match_files(patterns):
@@ -139,15 +155,14 @@ def as_input_error(error):
 
 
 def _runs_here(pipeline):
-  """True for the DirectRunner (Beam's default): its workers are this
-  process or its children, whose logs would fill the terminal."""
+  """True for a local runner: its workers are this process or its
+  children, whose logs would fill the terminal."""
   from apache_beam.options.pipeline_options import StandardOptions
-  runner = pipeline.options.view_as(StandardOptions).runner
-  return runner in (None, "DirectRunner", "direct", "PrismRunner")
+  return pipeline.options.view_as(StandardOptions).runner in _LOCAL_RUNNERS
 
 
 def run(pipeline):
-  """Runs a built pipeline to its end. On the local DirectRunner, Beam's and
+  """Runs a built pipeline to its end. On a local runner, Beam's and
   its worker processes' logs are kept out of the terminal unless the run
   fails with an unexpected error (remote runners keep theirs: the job's
   address and state).

@@ -1,4 +1,8 @@
-"""File access through tf.io.gfile, so gs://, ram:// and local paths all work.
+"""File access for local paths and for every file system TensorFlow reads
+(gs://, ram://, ...): local paths through Python's own calls, others through
+tf.io.gfile. TensorFlow is imported only for a path with a scheme, so the
+commands that only read and write small files (sweep, launch, results)
+start without it.
 
 Writers go to a temporary name first and rename at the end: a failure never
 leaves a half-written file under the final name.
@@ -7,9 +11,39 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import uuid
 
-import tensorflow as tf
+
+class _LocalFiles:
+  """The subset of tf.io.gfile this module uses, on the local disk."""
+
+  exists = staticmethod(os.path.exists)
+  listdir = staticmethod(os.listdir)
+  remove = staticmethod(os.remove)
+  rmtree = staticmethod(shutil.rmtree)
+
+  @staticmethod
+  def GFile(path, mode):  # pylint: disable=invalid-name
+    return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+  @staticmethod
+  def makedirs(path):
+    os.makedirs(path, exist_ok=True)
+
+  @staticmethod
+  def rename(source, target, overwrite=False):
+    if not overwrite and os.path.exists(target):
+      raise FileExistsError(f"{target}: exists")
+    os.replace(source, target)
+
+
+def _files(path):
+  """tf.io.gfile for a path with a scheme (gs://...), else _LocalFiles."""
+  if "://" in str(path):
+    import tensorflow as tf
+    return tf.io.gfile
+  return _LocalFiles
 
 
 def join(*parts):
@@ -20,9 +54,10 @@ def join(*parts):
 
 def read_bytes(path):
   """The file's bytes (any tf.io.gfile path)."""
-  if not tf.io.gfile.exists(path):
+  files = _files(path)
+  if not files.exists(path):
     raise FileNotFoundError(f"{path}: file not found")
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with files.GFile(path, "rb") as f:
     return f.read()
 
 
@@ -51,10 +86,11 @@ def read_json(path):
 
 def sha256(path, chunk_bytes=1 << 22):
   """Hex SHA-256 of a file, streamed (checkpoints can be gigabytes)."""
-  if not tf.io.gfile.exists(path):
+  files = _files(path)
+  if not files.exists(path):
     raise FileNotFoundError(f"{path}: file not found")
   digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with files.GFile(path, "rb") as f:
     for chunk in iter(lambda: f.read(chunk_bytes), b""):
       digest.update(chunk)
   return digest.hexdigest()
@@ -62,7 +98,7 @@ def sha256(path, chunk_bytes=1 << 22):
 
 def makedirs(path):
   """Creates `path` and its parents (no error when it exists)."""
-  tf.io.gfile.makedirs(path)
+  _files(path).makedirs(path)
 
 
 def temp_name(path):
@@ -73,16 +109,17 @@ def temp_name(path):
 @contextlib.contextmanager
 def atomic_path(path):
   """Yields a temporary path; renames it to `path` only if the block succeeds."""
+  files = _files(path)
   parent = os.path.dirname(path)
   if parent:
-    tf.io.gfile.makedirs(parent)
+    files.makedirs(parent)
   tmp = temp_name(path)
   try:
     yield tmp
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    files.rename(tmp, path, overwrite=True)
   finally:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.remove(tmp)
+    if files.exists(tmp):
+      files.remove(tmp)
 
 
 @contextlib.contextmanager
@@ -90,31 +127,33 @@ def atomic_folder(output_dir):
   """Yields a temporary folder to write files into; when the block succeeds
   they are renamed into `output_dir` (created if needed). Whatever fails,
   nothing half-written is left behind."""
+  files = _files(output_dir)
   tmp = temp_name(output_dir.rstrip("/"))
-  tf.io.gfile.makedirs(tmp)
+  files.makedirs(tmp)
   try:
     yield tmp
-    tf.io.gfile.makedirs(output_dir)
-    for name in tf.io.gfile.listdir(tmp):
+    files.makedirs(output_dir)
+    for name in files.listdir(tmp):
       name = name.rstrip("/")
-      tf.io.gfile.rename(join(tmp, name), join(output_dir, name), overwrite=True)
+      files.rename(join(tmp, name), join(output_dir, name), overwrite=True)
   finally:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
+    if files.exists(tmp):
+      files.rmtree(tmp)
 
 
 def write_text(path, text):
   """Writes `text` to `path` atomically (a temporary file, then a rename)."""
   with atomic_path(path) as tmp:
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    with _files(tmp).GFile(tmp, "w") as f:
       f.write(text)
 
 
 def remove_if_present(paths):
   """Removes each of `paths` that exists (what a failed write left)."""
   for path in paths:
-    if tf.io.gfile.exists(path):
-      tf.io.gfile.remove(path)
+    files = _files(path)
+    if files.exists(path):
+      files.remove(path)
 
 
 def write_json(path, value):

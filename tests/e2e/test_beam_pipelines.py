@@ -1,7 +1,8 @@
 """`bertexp build-vocab` and `prepare pretraining` with `--runner=beam`
-(Apache Beam's DirectRunner, in-process and on 2 worker processes) against
-the in-process path, on real Chinese and English text: the same bytes, the
-same vocabulary, clear errors and nothing half-written."""
+(Apache Beam's local FnApiRunner, in-process and on 2 worker processes)
+against the in-process path, on real Chinese and English text: the same
+bytes, the same vocabulary, clear errors and nothing half-written; Beam's
+Prism runner (a binary fetched from GitHub at run time) never started."""
 import json
 import os
 
@@ -15,6 +16,21 @@ from bertexp.util import demo_data
 TWO_WORKERS = ("--direct_num_workers=2 --direct_running_mode=multi_processing")
 ENGINES = {"1 worker": "--direct_num_workers=1",
            "2 processes": TWO_WORKERS}
+
+
+@pytest.fixture(autouse=True)
+def prism_never_started(monkeypatch):
+  """Fails a test whose pipeline went to Beam's Prism runner (Beam's
+  DirectRunner tries it first and falls back in silence when it fails)."""
+  from apache_beam.runners.portability import prism_runner
+  started = []
+
+  def refuse(self, *args, **kwargs):
+    started.append(type(self).__name__)
+    raise RuntimeError("the Prism runner was started")
+  monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", refuse)
+  yield
+  assert not started, "a pipeline went to Beam's Prism runner"
 
 
 @pytest.fixture(scope="module")

@@ -168,3 +168,22 @@ def test_bad_profiles_are_clear_errors(change, message):
 def test_tpu_vm_needs_its_name_and_zone():
   with pytest.raises(ValueError, match="needs --tpu_name and --zone"):
     render.tpu_vm(_profile())
+
+
+def test_launch_starts_without_loading_tensorflow(tmp_path):
+  """`bertexp launch` only renders or starts other processes: a new
+  process runs it (its file written through bertexp's file access) without
+  TensorFlow's ~3 CPU-seconds of import, which every worker it starts pays
+  anyway."""
+  import subprocess
+  import sys
+  output = tmp_path / "job.yaml"
+  code = ("import sys; from bertexp import cli; status = cli.main(sys.argv[1:]); "
+          "print('TENSORFLOW', 'tensorflow' in sys.modules); sys.exit(status)")
+  done = subprocess.run(
+      [sys.executable, "-c", code, "launch", "--platform=kubernetes",
+       "--gin_file=glue/mnli_base.gin", f"--output={output}"],
+      capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert "TENSORFLOW False" in done.stdout, done.stdout
+  assert len(list(yaml.safe_load_all(output.read_text()))) == 2

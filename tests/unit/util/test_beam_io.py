@@ -37,3 +37,18 @@ def test_a_dangling_link_and_no_match_are_named(corpus):
     beam_io.match_files("corpus/*.txt")
   with pytest.raises(FileNotFoundError, match="no input file matches 'nothing/\\*'"):
     beam_io.match_files("nothing/*")
+
+
+@pytest.mark.parametrize("flags, runner", [
+    ("", beam_io.LOCAL_RUNNER),
+    ("--runner=DirectRunner --direct_num_workers=2", beam_io.LOCAL_RUNNER),
+    ("--runner=DataflowRunner --project=p --region=r", "DataflowRunner"),
+    ("--runner=PrismRunner", "PrismRunner")])
+def test_the_local_runner_is_the_fn_api_runner_unless_another_is_named(
+    flags, runner):
+  from apache_beam.options.pipeline_options import DirectOptions
+  from apache_beam.options.pipeline_options import StandardOptions
+  options = beam_io.pipeline_options(flags)
+  assert options.view_as(StandardOptions).runner == runner
+  if "direct_num_workers" in flags:
+    assert options.view_as(DirectOptions).direct_num_workers == 2

@@ -138,11 +138,9 @@ def capacity_table():
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__)
-  # MobileBERT is not in the default list yet: its plan read 0.78 / 0.90 of
-  # the measured peak without recompute and 0.64 / 0.67 with it (seq 128 /
-  # 512, AMD EPYC, 2026-12-05): `--configs mobilebert-128,mobilebert-512`.
   parser.add_argument("--configs", default="tiny-128,tiny-512,minilm-128,"
-                      "minilm-512,base-128,base-512,deberta-128,deberta-512")
+                      "minilm-512,base-128,base-512,deberta-128,deberta-512,"
+                      "mobilebert-128,mobilebert-512")
   parser.add_argument("--steps", type=int, default=2)
   args = parser.parse_args()
   capacity_table()

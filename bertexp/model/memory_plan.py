@@ -31,7 +31,9 @@ mixed precision):
   overhead       4 P + 0.25 GiB  (update temporaries, the traced
                    graphs and allocator slack: fitted to the peaks `make
                    bench` measures on the CPU, 12 configurations from a
-                   2x128 to a 12x768 encoder)
+                   2x128 to a 12x768 encoder) + L x what a family's block
+                   holds whatever the batch (block_fixed_bytes: 0 for
+                   BERT's blocks, measured for MobileBERT's)
   runtime        what the process holds before the model exists (the
                    TensorFlow runtime on a CPU; measured, not modelled)
 
@@ -152,7 +154,9 @@ def estimate(config, *, seq_length, micro_batch, head, recompute=False,
       activations=recomputed if recompute else plain,
       activations_without_recompute=plain,
       activations_with_recompute=recomputed, backward_peak=backward,
-      overhead=4 * parameters + GB // 4, runtime=runtime_bytes)
+      overhead=(4 * parameters + GB // 4 +
+                layers * config.block_fixed_bytes(recompute)),
+      runtime=runtime_bytes)
 
 
 def smallest_fitting(config, *, seq_length, batch_per_replica, head,

@@ -125,6 +125,13 @@ class BertConfig:
              self.num_attention_heads * q * s)
     return hidden + 2 * q * self.intermediate_size + probs
 
+  def block_fixed_bytes(self, recompute):
+    """Bytes a training step holds per block whatever the batch, beyond its
+    weights, gradients and optimizer slots: none for BERT's blocks (the
+    plan's overhead term was fitted to them)."""
+    del recompute
+    return 0
+
   @property
   def reads_type_ids(self):
     """Whether the encoder reads input_type_ids (then they must be below

@@ -108,17 +108,28 @@ class MobileBertConfig(modeling.BertConfig):
     """What a MobileBERT block keeps per example: its input [S, H], the
     input bottleneck(s) and keys, queries, values at T, the attention
     probabilities, then per query the attention output at T, each
-    feed-forward network's input, pre- and post-activation and residual,
-    and the output bottleneck back at H."""
+    feed-forward network's input, its activation's output (and input,
+    except for relu, whose gradient reads only its output) and the residual
+    sum its NoNorm scales, and the output bottleneck back at H."""
     s, q, h, t = seq_length, queries, self.hidden_size, self.true_hidden_size
     bottlenecks = 2 * s * t * (2 if self.separate_query_key_bottleneck else 1)
     attention = 3 * s * t + ((3 if self.attention_probs_dropout_prob > 0
                               else 1) * self.num_attention_heads * q * s)
+    activations = 1 if self.hidden_act == "relu" else 2
     feed_forward = self.num_feedforward_networks * (
-        3 * q * t + 2 * q * self.intermediate_size)
+        2 * q * t + activations * q * self.intermediate_size)
     output = (4 if self.hidden_dropout_prob > 0 else 3) * q * h
     return (s * h + bottlenecks + attention + 3 * q * t + feed_forward +
             output)
+
+  def block_fixed_bytes(self, recompute):
+    """Measured per block on the CPU (tools/bench_memory.py, 6 to 24 blocks
+    at batch 1 and 16, seq 128): ~61 MiB more than the plan's weights,
+    slots and overhead account for, ~9 MiB more with recompute. A MobileBERT
+    block is some 60 small operations (bottlenecks, four feed-forward
+    networks, element-wise NoNorms) against BERT's ~20 large ones; what
+    each one's kernels and buffers hold does not shrink with the batch."""
+    return (70 if recompute else 61) * 2 ** 20
 
   def parameter_count(self):
     """Embeddings, blocks (bottlenecks, attention, every feed-forward

@@ -136,5 +136,29 @@ def test_families_add_what_their_blocks_keep():
                                           vocab_size=30522))
   one_ffn = encoders.config_from_dict(dict(
       family="mobilebert", vocab_size=30522, num_feedforward_networks=1))
-  per_network = 24 * batch * 4 * (3 * 128 + 2 * 512) * (seq * 23 + 1) // 24
+  # Per network: its input and the residual sum at 128, relu's output at 512
+  # (relu's gradient reads its output; gelu's its input too).
+  per_network = 24 * batch * 4 * (2 * 128 + 512) * (seq * 23 + 1) // 24
   assert activations(mobile) - activations(one_ffn) == 3 * per_network
+  import dataclasses
+  gelu = dataclasses.replace(mobile, hidden_act="gelu")
+  assert (activations(gelu) - activations(mobile)) == (
+      24 * batch * 4 * 4 * 512 * (seq * 23 + 1) // 24)
+
+
+def test_mobilebert_blocks_add_their_measured_fixed_bytes_to_the_overhead():
+  """What a MobileBERT block holds whatever the batch (measured by
+  tools/bench_memory.py) is in the overhead, once per block, more with
+  recompute; BERT's blocks add nothing to the fitted overhead."""
+  from bertexp.model import encoders
+  mobile = encoders.config_from_dict(dict(family="mobilebert",
+                                          vocab_size=30522))
+  bert = modeling.BertConfig(vocab_size=30522)
+  for config, off, on in ((mobile, 61, 70), (bert, 0, 0)):
+    for recompute, per_block in ((False, off), (True, on)):
+      plan = memory_plan.estimate(
+          config, seq_length=128, micro_batch=4, recompute=recompute,
+          head=memory_plan.Head.pooled_dense(config, 2))
+      fitted = 4 * plan.parameters + memory_plan.GB // 4
+      assert plan.overhead - fitted == (
+          config.num_hidden_layers * per_block * 2 ** 20)

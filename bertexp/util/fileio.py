@@ -1,8 +1,8 @@
 """File access for local paths and for every file system TensorFlow reads
 (gs://, ram://, ...): local paths through Python's own calls, others through
 tf.io.gfile. TensorFlow is imported only for a path with a scheme, so the
-commands that only read and write small files (sweep, launch, results)
-start without it.
+commands that only start processes or read and write small files (launch,
+results) start without it.
 
 Writers go to a temporary name first and rename at the end: a failure never
 leaves a half-written file under the final name.

@@ -18,6 +18,7 @@ SavedModel):
 
 Shape legend: B texts, N words, U distinct words, L symbols of a word.
 """
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -202,6 +203,7 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
     # with a space before it, as run_ner reads it (add_prefix_space).
     self.tokenizes_words_alone = False
     self.word_prefix = " "
+    self.mask_token = "<mask>"             # what masked-LM data shows
     self.module = _Tables(self.vocab, read_merges(self.merges_file),
                           self.unk_id)
 
@@ -236,6 +238,15 @@ class ByteBpeTokenizer(tokenizer_base.BatchTokenizer):
                             tf.int64)
     ids = tf.ragged.map_flat_values(self.module.token_id.lookup, tokens)
     return ids, starts, ends
+
+  def continues_word(self):
+    """bool [V]: True for the tokens that do not start with the symbol of
+    a whitespace byte (a word's later tokens, and punctuation written
+    against the word before it); whole-word masking keeps them with that
+    word."""
+    symbols = byte_symbols()
+    spaces = tuple(symbols[ord(c)] for c in " \t\n\r\v\f")
+    return np.array([not t.startswith(spaces) for t in self.vocab])
 
   @staticmethod
   def pieces_text(tokens):

@@ -19,11 +19,16 @@ whitespace removed) inside the op, as the fast tokenizer does.
 """
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertexp.data import tokenizer_base
 from bertexp.util import fileio
+
+
+# The mark SentencePiece puts before a piece that starts a word.
+WORD_START = "\u2581"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,11 +142,14 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
     self.splits_punctuation = False        # pieces run across punctuation
     self.tokenizes_words_alone = True      # each word starts with "\u2581"
     self.word_prefix = ""                  # what a word alone is read with
+    self.mask_token = self.spec.mask       # what masked-LM data shows
 
   def _vocab(self, pieces):
-    """The family's tokens in id order."""
+    """The family's tokens in id order: the model's pieces, and its mask
+    token after them where the model has none (DeBERTa-v3: Hugging Face
+    adds [MASK] after the SentencePiece vocabulary)."""
     if not self.spec.id_offset:
-      return pieces
+      return pieces + ([] if self.spec.mask in pieces else [self.spec.mask])
     # fairseq: its four specials, the model's pieces from id 3 on (the
     # model's own <unk>, <s>, </s> at 0-2 map to fairseq's), then <mask>.
     return (list(_FAIRSEQ_SPECIALS) + pieces[3:] + [self.spec.mask])
@@ -180,7 +188,13 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
           ids)
     return tf.cast(ids, tf.int64)
 
+  def continues_word(self):
+    """bool [V]: True for the pieces without the word-start mark "\u2581"
+    (a word's later pieces, and punctuation written against the word
+    before it); whole-word masking keeps them with that word."""
+    return np.array([not t.startswith(WORD_START) for t in self.vocab])
+
   @staticmethod
   def pieces_text(tokens):
     """SentencePiece pieces -> their text, words apart at each "▁"."""
-    return " ".join("".join(tokens).replace("\u2581", " ").split())
+    return " ".join("".join(tokens).replace(WORD_START, " ").split())

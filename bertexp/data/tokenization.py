@@ -107,6 +107,7 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
     self.splits_punctuation = True         # punctuation marks are words
     self.tokenizes_words_alone = True      # a word's pieces need no context
     self.word_prefix = ""                  # what a word alone is read with
+    self.mask_token = "[MASK]"             # what masked-LM data shows
     # Normalisation is done by `normalize` below, not by FastBertTokenizer's
     # own lower-casing: that one applies NFKC case folding ("²" -> "2",
     # full-width letters -> ASCII), which FullTokenizer does not.
@@ -129,6 +130,11 @@ class Tokenizer(tokenizer_base.BatchTokenizer):
     """Already normalized tf.string [N] -> (ids, start bytes, end bytes),
     each ragged int64 [N, (pieces)], offsets into `normalized`."""
     return self.wordpiece.tokenize_with_offsets(normalized)
+
+  def continues_word(self):
+    """bool [V]: True for the tokens that continue the word before them
+    ("##" pieces); whole-word masking keeps them with that word."""
+    return np.array([t.startswith("##") for t in self.vocab])
 
   @staticmethod
   def pieces_text(tokens):

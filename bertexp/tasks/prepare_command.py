@@ -39,8 +39,9 @@ class PrepareCommand:
   text_flags_default_length: Optional[int] = 128
 
 
-def add_text_flags(parser, default_length):
-  """The flags every text-to-records command shares."""
+def add_tokenizer_flags(parser):
+  """--vocab_file or --tokenizer (one of them required) and
+  --no_lower_case, read back by `tokenizer_options(args)`."""
   source = parser.add_mutually_exclusive_group(required=True)
   source.add_argument("--vocab_file", help="a WordPiece vocab.txt")
   source.add_argument(
@@ -48,13 +49,41 @@ def add_text_flags(parser, default_length):
       help="a Hugging Face (or converted) model folder: its config.json "
            "model_type picks the tokenizer (WordPiece vocab.txt; ALBERT's "
            "spiece.model, XLM-RoBERTa's sentencepiece.bpe.model, DeBERTa's "
-           "spm.model) and "
+           "spm.model; RoBERTa's vocab.json + merges.txt) and "
            "tokenizer_config.json its casing")
+  parser.add_argument("--no_lower_case", action="store_true",
+                      help="cased vocabularies")
+
+
+def tokenizer_options(args) -> Dict[str, Any]:
+  """vocab_file and do_lower_case of `add_tokenizer_flags`' flags; with a
+  --tokenizer of another family than WordPiece also tokenizer_family and
+  keep_accents (bertexp.data.tokenization.load's arguments).
+
+  Raises:
+    ValueError: --tokenizer names a folder the command cannot read (one
+      line naming it).
+  """
+  options = dict(vocab_file=args.vocab_file,
+                 do_lower_case=not args.no_lower_case)
+  if getattr(args, "tokenizer", None):
+    from bertexp.data import tokenization
+    settings = tokenization.folder_settings(args.tokenizer)
+    options.update(vocab_file=settings["vocab_file"],
+                   do_lower_case=settings["do_lower_case"] and not
+                   args.no_lower_case)
+    if settings["family"] is not None:
+      options.update(tokenizer_family=settings["family"],
+                     keep_accents=settings["keep_accents"])
+  return options
+
+
+def add_text_flags(parser, default_length):
+  """The flags every text-to-records command shares."""
+  add_tokenizer_flags(parser)
   parser.add_argument("--output_dir", required=True)
   parser.add_argument("--max_seq_length", type=int, default=default_length,
                       help="tokens per example; longer text is cut")
-  parser.add_argument("--no_lower_case", action="store_true",
-                      help="cased vocabularies")
   parser.add_argument("--bert_config_file",
                       help="checks max_seq_length against the model")
 
@@ -76,20 +105,9 @@ def text_options(args) -> Dict[str, Any]:
     from bertexp.model import encoders
     positions = encoders.read_config(
         args.bert_config_file).max_position_embeddings
-  options = dict(vocab_file=args.vocab_file, output_dir=args.output_dir,
-                 max_seq_length=args.max_seq_length,
-                 do_lower_case=not args.no_lower_case,
-                 max_position_embeddings=positions)
-  if getattr(args, "tokenizer", None):
-    from bertexp.data import tokenization
-    settings = tokenization.folder_settings(args.tokenizer)
-    options.update(vocab_file=settings["vocab_file"],
-                   do_lower_case=settings["do_lower_case"] and not
-                   args.no_lower_case)
-    if settings["family"] is not None:
-      options.update(tokenizer_family=settings["family"],
-                     keep_accents=settings["keep_accents"])
-  return options
+  return dict(tokenizer_options(args), output_dir=args.output_dir,
+              max_seq_length=args.max_seq_length,
+              max_position_embeddings=positions)
 
 
 def discover():

@@ -14,6 +14,8 @@ from bertexp import cli
 from bertexp.tasks.pretraining import task as pretraining_task
 from conftest import NEGATIVE, POSITIVE, REPO
 from conftest import prepare_tiny_sst2_run
+from bertexp.data import tokenization
+import family_fixtures
 from test_train import _train
 
 
@@ -82,6 +84,77 @@ def test_pretrain_then_fine_tune_from_its_encoder(tmp_path, tiny_vocab, tiny_con
   fine = json.loads(open(os.path.join(paths["MODEL_DIR"], "training_summary.json")).read())
   assert fine["provenance"]["init_checkpoint"]["checkpoint"].endswith(
       "encoder/bert_model.ckpt")
+
+
+def _family_corpus(path, family):
+  """The family's fixture texts (one per line, tabs and newlines made
+  spaces), three lines to a document, twice over."""
+  texts = [" ".join(t.split()) for t in family_fixtures.golden_ids(
+      family)["texts"] if t.strip()]
+  with open(path, "w", encoding="utf-8") as f:
+    for start in range(0, 2 * len(texts), 3):
+      f.write("\n".join((texts * 2)[start:start + 3]) + "\n\n")
+  return texts
+
+
+@pytest.mark.parametrize("family", ["albert", "roberta"])
+def test_a_family_pretrains_on_its_tokenizers_data_into_a_folder_that_tokenizes_the_same(
+    tmp_path, family):
+  """ALBERT (SentencePiece; factorised embeddings, E 16 < H 32: the MLM head
+  ties to the [V, E] table) and RoBERTa (byte-level BPE, no token types):
+  `prepare pretraining --tokenizer` on the converted folder, pretraining
+  from its weights, and MODEL_DIR/encoder/ is a --tokenizer folder of the
+  same family and casing (prepared cased) that gives the data's ids,
+  loadable by its path alone."""
+  hf = family_fixtures.hugging_face_folder(str(tmp_path / "hf"), family)
+  start = str(tmp_path / "start")
+  assert cli.main(["convert-checkpoint", "--from=huggingface",
+                   f"--input={hf}", f"--output={start}"]) == 0
+  texts = _family_corpus(tmp_path / "corpus.txt", family)
+  data = tmp_path / "data" / "pre.tfrecord"
+  assert cli.main(["prepare", "pretraining",
+                   f"--input_file={tmp_path}/corpus.txt",
+                   f"--output_file={data}", f"--tokenizer={start}",
+                   "--max_seq_length=32", "--max_predictions_per_seq=5",
+                   "--dupe_factor=2", "--do_whole_word_mask",
+                   "--num_workers=1", "--no_lower_case"]) == 0
+  model_dir = tmp_path / "pretrain"
+  params = {"BERT_CONFIG_FILE": f'"{start}/bert_config.json"',
+            "INIT_CHECKPOINT": f'"{start}/bert_model.ckpt"',
+            "TRAIN_DATA_PATH": f'"{data}"', "EVAL_DATA_PATH": f'"{data}"',
+            "INPUT_META_DATA_PATH": f'"{tmp_path}/data/pre_meta_data"',
+            "MODEL_DIR": f'"{model_dir}"', "TRAIN_BATCH_SIZE": 8,
+            "EVAL_BATCH_SIZE": 16, "TRAIN_STEPS": 3, "STEPS_PER_LOOP": 3,
+            "SEED": 1, "LEARNING_RATE": 1e-2,
+            "bertexp.experiment.eval_before_training": True}
+  assert cli.main(["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin"] +
+                  [f"--gin_param={k}={v}" for k, v in params.items()]) == 0
+  summary = json.loads((model_dir / "training_summary.json").read_text())
+  assert summary["eval_metrics"]["mlm_loss"] != pytest.approx(
+      summary["initial_eval_metrics"]["mlm_loss"], rel=1e-3)
+  config = json.loads(open(f"{start}/bert_config.json").read())
+  width = config.get("embedding_size") or config["hidden_size"]
+  trained = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+  kernels = [s for n, s in trained.get_variable_to_shape_map().items()
+             if "mlm_transform" in n and "kernel" in n and "OPTIMIZER" not in n]
+  assert kernels == [[config["hidden_size"], width]]
+  encoder_folder = str(model_dir / "encoder")
+  # The casing the data was made with (cased, where ALBERT's default is
+  # lower case), not the source folder's.
+  settings = tokenization.folder_settings(encoder_folder)
+  source = dict(tokenization.folder_settings(start), do_lower_case=False)
+  assert settings["family"] == source["family"] == family
+  assert {k: v for k, v in settings.items() if k != "vocab_file"} == {
+      k: v for k, v in source.items() if k != "vocab_file"}
+  ids = tokenization.load(**settings).tokenize(texts)
+  want = tokenization.load(**source).tokenize(texts)
+  assert all(np.array_equal(a, b) for a, b in zip(ids, want))
+  encoder = bertexp.load_encoder(encoder_folder)
+  assert encoder.config.family == family
+  np.testing.assert_array_equal(
+      encoder.embeddings.word_embeddings.numpy(), trained.get_tensor(next(
+          n for n, s in trained.get_variable_to_shape_map().items()
+          if n.startswith("model/") and s == [config["vocab_size"], width])))
 
 
 def test_mlm_head_reads_the_masked_positions():

@@ -7,49 +7,20 @@ in the graph to the predict file's probabilities; `prepare squad`,
 `tagging` and `multiple_choice` write the fast tokenizer's ids."""
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from safetensors.numpy import load_file, save_file
 
 from bertexp import cli
 from conftest import TESTS
+import family_fixtures
 import matrix_fixtures as mf
 
 GOLDEN = os.path.join(TESTS, "golden")
 TOKENIZER = os.path.join(GOLDEN, "tokenizers", "xlm-roberta")
-# model_type: (its tokenizer files, the vocabulary they give: XLM-R's
-# 2,000 pieces shifted past fairseq's 4 specials, plus <mask>; RoBERTa's
-# byte-level BPE of 1,200 tokens).
-FAMILIES = {"xlm-roberta": (("sentencepiece.bpe.model",), 2002),
-            "albert": (("spiece.model",), 2000),
-            "roberta": (("vocab.json", "merges.txt"), 1200)}
+FAMILIES = family_fixtures.TOKENIZER_FAMILIES
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
-
-
-def _hugging_face_folder(folder, vocab_size, family="xlm-roberta"):
-  """The transformers-made small model of `family` (tests/golden/families)
-  with that family's SentencePiece tokenizer files instead of the
-  fixture's vocab.txt, its word embedding table grown to `vocab_size` rows
-  (random new rows)."""
-  os.makedirs(folder)
-  for name in (*FAMILIES[family][0], "tokenizer_config.json"):
-    shutil.copy(os.path.join(GOLDEN, "tokenizers", family, name), folder)
-  source = os.path.join(GOLDEN, "families", family)
-  tensors = load_file(os.path.join(source, "model.safetensors"))
-  table = tensors["embeddings.word_embeddings.weight"]
-  extra = np.random.default_rng(0).normal(
-      0, 0.02, [vocab_size - table.shape[0], table.shape[1]])
-  tensors["embeddings.word_embeddings.weight"] = np.concatenate(
-      [table, extra.astype(table.dtype)])
-  save_file(tensors, os.path.join(folder, "model.safetensors"))
-  with open(os.path.join(source, "config.json")) as f:
-    config = json.load(f)
-  with open(os.path.join(folder, "config.json"), "w") as f:
-    json.dump(dict(config, vocab_size=vocab_size, hidden_dropout_prob=0.0,
-                   attention_probs_dropout_prob=0.0), f)
 
 
 def _rows(golden):
@@ -66,7 +37,7 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
   golden = json.load(open(os.path.join(GOLDEN, "tokenizers", family,
                                        "ids.json"), encoding="utf-8"))
   hf = str(tmp_path / "hf")
-  _hugging_face_folder(hf, vocab_size, family)
+  family_fixtures.hugging_face_folder(hf, family, vocab_size)
   encoder = str(tmp_path / "encoder")
   assert cli.main(["convert-checkpoint", "--from=huggingface",
                    f"--input={hf}", f"--output={encoder}"]) == 0
@@ -151,7 +122,7 @@ def test_convert_prepare_train_and_serve_text_with_the_sentencepiece_model(
 def test_a_sentencepiece_vocabulary_larger_than_the_model_is_refused(
     tmp_path, capsys):
   hf = str(tmp_path / "hf")
-  _hugging_face_folder(hf, 200)
+  family_fixtures.hugging_face_folder(hf, vocab_size=200)
   assert cli.main(["convert-checkpoint", "--from=huggingface",
                    f"--input={hf}", f"--output={tmp_path}/out"]) != 0
   error = capsys.readouterr().err.strip().splitlines()[-1]

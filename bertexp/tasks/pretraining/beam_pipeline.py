@@ -198,7 +198,8 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
   """
   beam = beam_io.require_beam()
   options.check()
-  data.ChunkWorker(options)     # the vocabulary's and segmenter's errors, here
+  # The tokenizer's and segmenter's errors here, before the pipeline runs.
+  vocab_size = data.ChunkWorker(options).vocab_size
   files = beam_io.match_files(input_files)
   if "://" not in output_file:    # workers may start in another folder
     output_file = os.path.abspath(output_file)
@@ -227,7 +228,7 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
   meta = data.build_meta(
       options, files=files, input_bytes=sum(beam_io.file_sizes(files)),
       instances=sum(s["instances"] for s in shards), counts=counts,
-      seconds=time.time() - start, runner="beam", beam_options=beam_options,
+      vocab_size=vocab_size, seconds=time.time() - start, runner="beam", beam_options=beam_options,
       chunk_bytes=chunk_bytes, num_shards=len(shards), shards=shards,
       train_data_pattern=data_pipeline.shard_pattern(output_file, len(shards)))
   fileio.write_json(data.meta_path(output_file), meta)

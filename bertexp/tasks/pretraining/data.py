@@ -53,6 +53,11 @@ class Options:
   do_whole_word_mask: bool = False
   chinese_word_segmenter: str = None      # None or "jieba"
   do_lower_case: bool = True
+  # None: vocab_file is a WordPiece vocab.txt; else the model_type of a
+  # SentencePiece model or byte-level BPE vocab.json in vocab_file
+  # (bertexp.data.tokenization.load), as `--tokenizer=FOLDER` gives.
+  tokenizer_family: str = None
+  keep_accents: bool = False
 
   def check(self):
     if self.max_seq_length < 5:
@@ -65,6 +70,12 @@ class Options:
     if self.chinese_word_segmenter not in (None, "jieba"):
       raise ValueError(f"chinese_word_segmenter {self.chinese_word_segmenter!r}"
                        " is not 'jieba'")
+    from bertexp.data import tokenization
+    if self.chinese_word_segmenter and self.tokenizer_family not in (
+        None, *tokenization.WORDPIECE_TYPES):
+      raise ValueError(
+          f"--chinese_word_segmenter needs a WordPiece vocabulary; the "
+          f"{self.tokenizer_family} tokenizer marks its own word starts")
 
 
 # -- reading -----------------------------------------------------------------
@@ -162,17 +173,24 @@ class ChunkWorker:
   def __init__(self, options):
     from bertexp.data import tokenization
     self.options = options
-    self.tokenizer = tokenization.Tokenizer(options.vocab_file,
-                                            options.do_lower_case)
+    self.tokenizer = tokenization.load(
+        options.vocab_file, options.do_lower_case, options.tokenizer_family,
+        options.keep_accents)
     vocab = self.tokenizer.vocab
-    if "[MASK]" not in self.tokenizer.token_to_id:
-      raise ValueError(f"{options.vocab_file}: no [MASK] token (pretraining "
-                       "needs [PAD] [UNK] [CLS] [SEP] [MASK])")
+    mask = self.tokenizer.mask_token
+    if mask not in self.tokenizer.token_to_id:
+      raise ValueError(f"{options.vocab_file}: no {mask} token (masked-LM "
+                       "data needs it)")
     self.vocab_size = len(vocab)
     self.cls, self.sep = self.tokenizer.cls_id, self.tokenizer.sep_id
-    self.mask = self.tokenizer.token_to_id["[MASK]"]
-    self.unk = self.tokenizer.token_to_id["[UNK]"]
-    self.continuation = np.array([t.startswith("##") for t in vocab])
+    self.pad = self.tokenizer.pad_id
+    self.mask = self.tokenizer.token_to_id[mask]
+    self.unk = self.tokenizer.unk_id
+    # The pair layout: `cls A sep B sep` (BERT), `cls A sep sep B sep`
+    # (RoBERTa, XLM-R); B's type ids 1 only where the family has types.
+    self.separators = self.tokenizer.pair_separators
+    self.segment_ids = self.tokenizer.segment_ids
+    self.continuation = self.tokenizer.continues_word()
     self.cjk = np.array([len(t) == 1 and tokenization.is_cjk(t) for t in vocab])
     self.segment = None
     if options.chinese_word_segmenter == "jieba":
@@ -185,8 +203,8 @@ class ChunkWorker:
   def tokenize_lines(self, lines):
     """-> [(ids int32 [n], word_start bool [n])] per line."""
     if self.segment is None:
-      ids = self.tokenizer.tokenize(lines)
-      return [(x, ~self.continuation[x]) for x in ids]
+      return [(x, _line_word_starts(~self.continuation[x]))
+              for x in self.tokenizer.tokenize(lines)]
     words_per_line = [[w for w in self.segment(line) if w.strip()] for line in lines]
     flat = [w for words in words_per_line for w in words]
     word_ids = self.tokenizer.tokenize(flat) if flat else []
@@ -253,7 +271,7 @@ class ChunkWorker:
   def _instances(self, documents, index, rng, np_rng, stats):
     options = self.options
     document = documents[index]
-    max_tokens = options.max_seq_length - 3
+    max_tokens = options.max_seq_length - 2 - self.separators
     target = max_tokens
     if rng.random() < options.short_seq_prob:
       target = rng.randint(2, max_tokens)
@@ -295,13 +313,16 @@ class ChunkWorker:
     """One MLM/NSP instance of segments `a` and `b` (lists of (token ids,
     word starts)): truncated to fit, masked, padded; counted in `stats`."""
     options = self.options
+    k = self.separators
     ids_a, start_a, ids_b, start_b = _truncate_pair(
-        a, b, options.max_seq_length - 3, rng)
+        a, b, options.max_seq_length - 2 - k, rng)
     n_a, n_b = len(ids_a), len(ids_b)
-    tokens = np.concatenate([[self.cls], ids_a, [self.sep], ids_b, [self.sep]])
+    tokens = np.concatenate([[self.cls], ids_a, [self.sep] * k, ids_b,
+                             [self.sep]])
     n = len(tokens)
+    b_start = 1 + n_a + k
     positions = np.concatenate([np.arange(1, 1 + n_a),
-                                np.arange(2 + n_a, 2 + n_a + n_b)])
+                                np.arange(b_start, b_start + n_b)])
     to_predict = min(options.max_predictions_per_seq,
                      max(1, int(round(n * options.masked_lm_prob))))
     if options.do_whole_word_mask:
@@ -323,9 +344,9 @@ class ChunkWorker:
     stats["masked"] += len(masked)
     stats["instance_tokens"] += n
     stats["random_next"] += int(is_random)
-    return _padded_features(output, 2 + n_a, masked, labels, is_random,
-                            options.max_seq_length,
-                            options.max_predictions_per_seq)
+    return _padded_features(output, b_start if self.segment_ids else n,
+                            masked, labels, is_random, options.max_seq_length,
+                            options.max_predictions_per_seq, self.pad)
 
 
 def _truncate_pair(a, b, max_tokens, rng):
@@ -372,13 +393,21 @@ def _whole_word_positions(positions, word_starts, to_predict, np_rng):
   return positions[taken[group]]
 
 
+def _line_word_starts(starts):
+  """A line's word starts (bool [n]) with its first token starting a word
+  (byte-level BPE's first word has no space before it)."""
+  starts[:1] = True
+  return starts
+
+
 def _padded_features(tokens, second_start, masked, labels, is_random, seq,
-                     preds):
-  """The instance's arrays padded to `seq` tokens and `preds` predictions:
-  (input_ids, input_mask, segment_ids, lm_positions, lm_ids, lm_weights,
-  next_sentence_label). Segment B starts at `second_start`."""
+                     preds, pad_id):
+  """The instance's arrays padded to `seq` tokens (with `pad_id`) and
+  `preds` predictions: (input_ids, input_mask, segment_ids, lm_positions,
+  lm_ids, lm_weights, next_sentence_label). Type id 1 from `second_start`
+  (B's first token) to B's closing separator."""
   n = len(tokens)
-  input_ids = np.zeros(seq, np.int64)
+  input_ids = np.full(seq, pad_id, np.int64)
   input_ids[:n] = tokens
   mask = np.zeros(seq, np.int64)
   mask[:n] = 1
@@ -457,13 +486,14 @@ def check_instances(instances, input_files):
                      "or no line with a token in the vocabulary)")
 
 
-def build_meta(options, *, files, input_bytes, instances, counts, seconds,
-               **extra):
+def build_meta(options, *, files, input_bytes, instances, counts,
+               vocab_size, seconds, **extra):
   """The `_meta_data` of prepared pretraining records: the options, the
-  input, the instance count and the corpus counts; `extra` adds fields."""
+  input, the instance count, the tokenizer's vocabulary size and the corpus
+  counts; `extra` adds fields."""
   return dict(dataclasses.asdict(options), task="pretraining",
               input_files=files, input_bytes=input_bytes,
-              train_data_size=instances,
+              train_data_size=instances, vocab_size=vocab_size,
               vocab_sha256=fileio.sha256(options.vocab_file),
               seconds=round(seconds, 2),
               masked_fraction=counts["masked"] / max(1, counts["instance_tokens"]),
@@ -490,6 +520,8 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
   """
   from bertexp.data import records
   options.check()
+  # The tokenizer's and segmenter's errors here, before any worker starts.
+  worker = ChunkWorker(options)
   files = text_files(input_files)
   total = sum(os.path.getsize(f) for f in files if os.path.exists(f))
   num_workers = num_workers or min(2, os.cpu_count() or 1)
@@ -508,8 +540,8 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
           num_workers, initializer=_init_worker, initargs=(options,))
       results = _bounded_in_order(pool, tasks, 2 * num_workers)
     else:
-      _init_worker(options)
-      results = map(_process, tasks)
+      results = ((bytes_read, worker.process(chunk, seed))
+                 for chunk, seed, bytes_read in tasks)
     for bytes_read, (examples, chunk_counts) in results:
       writer.write_serialized(examples)
       add_counts(counts, chunk_counts)
@@ -529,7 +561,8 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
   if progress_bar:
     progress_bar.update(total, writer.count, final=True)
   meta = build_meta(options, files=files, input_bytes=total,
-                    instances=writer.count, counts=counts, seconds=seconds,
+                    instances=writer.count, counts=counts,
+                    vocab_size=worker.vocab_size, seconds=seconds,
                     runner="direct", chunk_bytes=chunk_bytes)
   fileio.write_json(meta_path(output_file), meta)
   logging.info("%s: %d instances from %d documents (%d lines, %d without "

@@ -9,7 +9,7 @@ def _arguments(parser):
                       help="glob(s), comma separated: one sentence per line, "
                            "blank line between documents")
   parser.add_argument("--output_file", required=True)
-  parser.add_argument("--vocab_file", required=True)
+  prepare_command.add_tokenizer_flags(parser)
   parser.add_argument("--max_seq_length", type=int, default=128,
                       help="tokens per example, [CLS] and [SEP]s included")
   parser.add_argument("--max_predictions_per_seq", type=int, default=20,
@@ -24,7 +24,6 @@ def _arguments(parser):
                       help="seed of the masks, pairs and short lengths")
   parser.add_argument("--do_whole_word_mask", action="store_true")
   parser.add_argument("--chinese_word_segmenter", choices=["jieba"])
-  parser.add_argument("--no_lower_case", action="store_true")
   parser.add_argument("--num_workers", type=int,
                       help="--runner=direct: processes (default: up to 2, one "
                            "per core)")
@@ -40,13 +39,13 @@ def _arguments(parser):
 def _run(args):
   from bertexp.tasks.pretraining import data as pretraining
   options = pretraining.Options(
-      vocab_file=args.vocab_file, max_seq_length=args.max_seq_length,
+      **prepare_command.tokenizer_options(args),
+      max_seq_length=args.max_seq_length,
       max_predictions_per_seq=args.max_predictions_per_seq,
       masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
       dupe_factor=args.dupe_factor, random_seed=args.random_seed,
       do_whole_word_mask=args.do_whole_word_mask,
-      chinese_word_segmenter=args.chinese_word_segmenter,
-      do_lower_case=not args.no_lower_case)
+      chinese_word_segmenter=args.chinese_word_segmenter)
   if args.runner == "beam":
     from bertexp.tasks.pretraining import beam_pipeline
     meta = beam_pipeline.prepare_pretraining_beam(

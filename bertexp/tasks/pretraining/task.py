@@ -13,7 +13,9 @@ bert_model.ckpt): INIT_CHECKPOINT for any fine-tuning task.
 Shape legend: B batch, S max_seq_length, P max_predictions_per_seq,
 H hidden size, V vocab size.
 """
+import json
 import logging
+import os
 
 import gin
 import numpy as np
@@ -23,11 +25,18 @@ import tf_keras
 from bertexp.checkpoints import converters
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.util import fileio
+
+
+def embedding_width(config):
+  """E, the word embeddings' width: H for BERT; less where the family
+  factorises them (ALBERT, ELECTRA, MobileBERT: config.embedding_size)."""
+  return getattr(config, "embedding_size", None) or config.hidden_size
 
 
 class PretrainingModel(modeling.HeadModel):
@@ -39,8 +48,9 @@ class PretrainingModel(modeling.HeadModel):
     self.encoder = encoder
     init = lambda: tf_keras.initializers.TruncatedNormal(
         stddev=config.initializer_range, seed=seed)
+    # To the word embeddings' width, whose table gives the logits.
     self.mlm_transform = tf_keras.layers.Dense(
-        config.hidden_size, activation=modeling.get_activation(config.hidden_act),
+        embedding_width(config), activation=modeling.get_activation(config.hidden_act),
         kernel_initializer=init(), name="mlm_transform")
     self.mlm_layer_norm = tf_keras.layers.LayerNormalization(
         epsilon=config.layer_norm_eps, dtype="float32", name="mlm_layer_norm")
@@ -54,8 +64,8 @@ class PretrainingModel(modeling.HeadModel):
                            training=training, dropout_seed=dropout_seed)
     masked = tf.gather(encoded["sequence_output"], inputs["masked_lm_positions"],
                        batch_dims=1)                                   # [B, P, H]
-    hidden = self.mlm_layer_norm(self.mlm_transform(masked))          # [B, P, H]
-    table = tf.cast(self.encoder.embeddings.word_embeddings, tf.float32)  # [V, H]
+    hidden = self.mlm_layer_norm(self.mlm_transform(masked))          # [B, P, E]
+    table = tf.cast(self.encoder.embeddings.word_embeddings, tf.float32)  # [V, E]
     mlm_logits = tf.matmul(tf.cast(hidden, tf.float32), table,
                            transpose_b=True) + tf.cast(self.mlm_bias, tf.float32)  # [B, P, V]
     nsp_logits = self.nsp_head(encoded["pooled_output"])              # [B, 2]
@@ -97,9 +107,9 @@ def masked_lm_head(config, max_predictions):
   """The memory plan's head of PretrainingModel: the transform, its
   LayerNorm, the output bias and the next-sentence head; per prediction the
   logits over the vocabulary, their softmax and its gradient."""
-  h, v = config.hidden_size, config.vocab_size
-  return memory_plan.Head(h * h + h + 2 * h + v + 2 * h + 2,
-                          max_predictions * (3 * v + 4 * h))
+  h, v, e = config.hidden_size, config.vocab_size, embedding_width(config)
+  return memory_plan.Head(h * e + e + 2 * e + v + 2 * h + 2,
+                          max_predictions * (3 * v + 4 * e))
 
 
 @gin.configurable(module="bertexp")
@@ -136,7 +146,9 @@ class PretrainingTask(base.RecordTask):
       raise ValueError(f"{self.meta_data_path}: needs the 'vocab_file' the "
                        "data was made with (bertexp prepare pretraining "
                        "writes it)")
-    vocab = len(fileio.read_text(self.meta["vocab_file"]).split())
+    # (Data prepared before the meta data had vocab_size: WordPiece.)
+    vocab = self.meta.get("vocab_size") or len(
+        fileio.read_text(self.meta["vocab_file"]).split())
     if vocab > config.vocab_size or self.seq > config.max_seq_length:
       raise ValueError(
           f"{self.meta_data_path}: data needs vocab {vocab} and {self.seq} "
@@ -274,8 +286,27 @@ class PretrainingTask(base.RecordTask):
 
   def after_training(self, model, model_dir):
     folder = fileio.join(model_dir, "encoder")
-    converters.write_checkpoint_folder(model.encoder, self.meta["vocab_file"],
-                                        folder)
+    vocab_file, tokenizer_files, extra_files = self._tokenizer_files()
+    converters.write_checkpoint_folder(
+        model.encoder, vocab_file, folder, tokenizer_files=tokenizer_files,
+        extra_files=extra_files)
     logging.info("pretrained encoder for fine-tuning: INIT_CHECKPOINT=%s",
                  fileio.join(folder, "bert_model.ckpt"))
     print(f"Pretrained encoder: {folder}/bert_model.ckpt", flush=True)
+
+  def _tokenizer_files(self):
+    """write_checkpoint_folder's vocab_file, tokenizer_files and
+    extra_files: vocab.txt for WordPiece data; else the family's tokenizer
+    files and a tokenizer_config.json of the casing the data was made with,
+    so that the encoder folder is a --tokenizer folder that tokenizes as
+    the data did."""
+    family = self.meta.get("tokenizer_family")
+    if not family:
+      return self.meta["vocab_file"], (), None
+    files = [self.meta["vocab_file"]]
+    if family in tokenization.BYTE_BPE_TYPES:
+      files.append(fileio.join(os.path.dirname(self.meta["vocab_file"]) or
+                               ".", tokenization.BYTE_BPE_FILES[1]))
+    casing = {"do_lower_case": self.meta.get("do_lower_case", False),
+              "keep_accents": self.meta.get("keep_accents", False)}
+    return None, files, {"tokenizer_config.json": json.dumps(casing) + "\n"}

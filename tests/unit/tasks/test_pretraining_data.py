@@ -1,6 +1,7 @@
 """`bertexp prepare pretraining` and `build-vocab`: masking statistics,
 whole-word masking (English pieces, jieba words), NSP balance, determinism
 and clear errors, on generated corpora."""
+import json
 import random
 
 import numpy as np
@@ -9,7 +10,9 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.data import vocab as vocab_lib
+from bertexp.data import tokenization
 from bertexp.tasks.pretraining import data as pretraining
+import family_fixtures
 
 WORDS = ["the", "movie", "film", "plot", "actor", "story", "music", "scene",
          "good", "bad", "great", "dull", "fun", "long", "short", "runs",
@@ -177,6 +180,122 @@ def test_chinese_whole_word_masking_follows_jieba(tmp_path):
         masked_multi += hit == len(word)
         start = text.find(word, start + 1)
   assert masked_multi > 50
+
+
+# model_type: (separators between A and B, B has type ids 1, the mark a
+# word's first token starts with in its vocabulary).
+FAMILY_LAYOUTS = {"xlm-roberta": (2, False, "\u2581"),
+                  "albert": (1, True, "\u2581"),
+                  "deberta-v2": (1, True, "\u2581"),
+                  "roberta": (2, False, "\u0120")}
+
+
+def _untruncated_lines(family):
+  """({ids: text} of the fixture's one-line texts whose fast-tokenizer ids
+  (special tokens left out) fit its length (no Unigram tie: "9,000"),
+  (cls, sep, pad) ids as the fast tokenizer writes them)."""
+  golden = family_fixtures.golden_ids(family)
+  found = {}
+  for text, ids in zip(golden["texts"], golden["ids"]["single"]):
+    n = sum(ids["attention_mask"])
+    if (n < golden["seq"] and text.strip() == text and text and
+        "\t" not in text and "\n" not in text and
+        ("9,000" not in text or family == "roberta")):
+      found[tuple(ids["input_ids"][1:n - 1])] = text
+  first = golden["ids"]["single"][0]          # padded: cls ... sep pad ...
+  n = sum(first["attention_mask"])
+  assert n < golden["seq"]
+  return found, (first["input_ids"][0], first["input_ids"][n - 1],
+                 first["input_ids"][n])
+
+
+def _split_pair(original, cls, sep, separators, lines):
+  """(A, B) of `cls A sep*k B sep` where A and B are lines' ids, else None."""
+  if original[0] != cls or original[-1] != sep:
+    return None
+  for a in lines:
+    middle = 1 + len(a)
+    if (tuple(original[1:middle]) == a and
+        list(original[middle:middle + separators]) == [sep] * separators and
+        tuple(original[middle + separators:-1]) in lines):
+      return a, tuple(original[middle + separators:-1])
+  return None
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_LAYOUTS))
+def test_a_family_tokenizers_records_hold_its_fast_tokenizers_ids(
+    family, tmp_path):
+  """`prepare pretraining --tokenizer=FOLDER`: every instance is the
+  family's `cls A sep (sep) B sep` of two corpus lines in the Hugging Face
+  fast tokenizer's ids, padded with its pad id, B's type ids as the family
+  has them; masked positions show the family's mask token and whole-word
+  masking keeps each word (a first token with the word-start mark, and the
+  tokens after it) whole."""
+  separators, typed, mark = FAMILY_LAYOUTS[family]
+  lines, (cls, sep, pad) = _untruncated_lines(family)
+  assert len(lines) >= 4
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n\n".join(lines.values()) + "\n", encoding="utf-8")
+  out = tmp_path / "pre.tfrecord"
+  assert cli.main(["prepare", "pretraining", f"--input_file={corpus}",
+                   f"--output_file={out}",
+                   f"--tokenizer={family_fixtures.tokenizer_folder(family)}",
+                   "--max_seq_length=56", "--max_predictions_per_seq=12",
+                   "--dupe_factor=40", "--do_whole_word_mask",
+                   "--num_workers=1"]) == 0
+  meta = json.loads(open(pretraining.meta_path(str(out))).read())
+  tokenizer = tokenization.from_meta(meta, meta["vocab_file"])
+  assert meta["tokenizer_family"] == family
+  assert meta["vocab_size"] == len(tokenizer.vocab)
+  mask = tokenizer.token_to_id[tokenizer.mask_token]
+  starts_word = np.array([t.startswith(mark) for t in tokenizer.vocab])
+  data = _read(str(out), 56, 12)
+  shown = []
+  words_with_pieces = 0
+  for i in range(len(data["input_ids"])):
+    n = data["input_mask"][i].sum()
+    real = data["masked_lm_weights"][i] > 0
+    positions = data["masked_lm_positions"][i][real]
+    original = data["input_ids"][i].copy()
+    original[positions] = data["masked_lm_ids"][i][real]
+    pair = _split_pair(original[:n], cls, sep, separators, lines)
+    assert pair, (family, original[:n].tolist())
+    assert (data["input_ids"][i][n:] == pad).all()
+    b_start = n - 1 - len(pair[1])
+    types = np.zeros(56, np.int64)
+    if typed:
+      types[b_start:n] = 1
+    np.testing.assert_array_equal(data["segment_ids"][i], types)
+    assert not np.isin(positions, [0, n - 1]).any()
+    shown.extend(data["input_ids"][i][positions] == mask)
+    # Words: a token with the mark (or a text's first) starts one.
+    a_start = 1
+    chosen = set(positions.tolist())
+    for text_start, ids in ((a_start, pair[0]), (b_start, pair[1])):
+      bounds = [text_start + j for j, t in enumerate(ids)
+                if j == 0 or starts_word[t]] + [text_start + len(ids)]
+      for s_, e in zip(bounds, bounds[1:]):
+        hit = len(chosen & set(range(s_, e)))
+        assert hit in (0, e - s_), (family, ids, s_, e, sorted(chosen))
+        words_with_pieces += e - s_ > 1 and hit > 0
+  assert 0.7 < np.mean(shown) < 0.9 and words_with_pieces > 20
+
+
+def test_a_jieba_segmenter_with_a_sentencepiece_tokenizer_is_refused(
+    tmp_path):
+  corpus = tmp_path / "zh.txt"
+  corpus.write_text("我们今天去北京大学参观\n", encoding="utf-8")
+  settings = tokenization.folder_settings(
+      family_fixtures.tokenizer_folder("albert"))
+  options = pretraining.Options(vocab_file=settings["vocab_file"],
+                                tokenizer_family="albert",
+                                chinese_word_segmenter="jieba")
+  with pytest.raises(ValueError, match="needs a WordPiece vocabulary; the "
+                     "albert tokenizer"):
+    pretraining.prepare_pretraining(
+        input_files=str(corpus), output_file=str(tmp_path / "zh.tfrecord"),
+        options=options, progress=False)
+  assert not list(tmp_path.glob("zh.tfrecord*"))
 
 
 @pytest.mark.parametrize("case,message", [

@@ -1,11 +1,14 @@
 """A task through the encoder seam for each family: a converted ELECTRA,
-RoBERTa, DeBERTa-v3 and MobileBERT (tests/golden/families, transformers'
-random small models; DeBERTa reads no token types) fine-tune
+RoBERTa, ALBERT, DeBERTa-v3 and MobileBERT (tests/golden/families,
+transformers' random small models; DeBERTa reads no token types) fine-tune
 the demo's classification file, evaluate, predict and export; the exported
 serve_text gives the predict file's probabilities; and 2 replicas give the
-1-replica run (the strategy matrix's rules): mirrored for ELECTRA and
-RoBERTa, the TPU check's 2 XLA replicas for DeBERTa and MobileBERT (their
-own blocks, compiled as a TPU would)."""
+1-replica run (the strategy matrix's rules): mirrored for ELECTRA, RoBERTa
+and ALBERT (one block's weights used by every layer: each replica's
+gradients summed over the layers, then across replicas), the TPU check's 2
+XLA replicas for DeBERTa and MobileBERT (their own blocks, compiled as a
+TPU would). XLM-RoBERTa is RoBERTa's encoder with another tokenizer
+(test_sentencepiece_families.py)."""
 import json
 import os
 import random
@@ -23,7 +26,7 @@ from conftest import TESTS
 import matrix_fixtures as mf
 
 GOLDEN = os.path.join(TESTS, "golden", "families")
-FAMILIES = ("electra", "roberta", "deberta-v2", "mobilebert")
+FAMILIES = ("electra", "roberta", "albert", "deberta-v2", "mobilebert")
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
 # Words of the fixtures' vocab.txt (w0...): a sentence's label is whether
 # it holds a word of POSITIVE.
@@ -142,7 +145,7 @@ def test_family_fine_tunes_predicts_and_exports(family, specs, one_replica):
 
 # The families of BERT's blocks on 2 mirrored replicas; the others'
 # 2-replica cell is their run on the TPU check's 2 XLA replicas below.
-MIRRORED_FAMILIES = ("electra", "roberta")
+MIRRORED_FAMILIES = ("electra", "roberta", "albert")
 
 
 @pytest.mark.parametrize("family", MIRRORED_FAMILIES)
@@ -193,7 +196,7 @@ def test_family_on_the_tpu_checks_xla_replicas_equals_one(family, specs,
 @pytest.mark.parametrize("family", FAMILIES)
 def test_export_tflite_and_onnx_of_each_family(family, specs, one_replica,
                                                capsys, tmp_path):
-  """ELECTRA and RoBERTa (BERT's layers): export-onnx's float32 graph
+  """ELECTRA, RoBERTa and ALBERT (BERT's layers): export-onnx's float32 graph
   gives the fine-tuned model's probabilities on the held-out rows to 1e-5.
   DeBERTa and MobileBERT (layers of their own): TFLite (float) does, and
   export-onnx is a one-line error naming the family that writes nothing.

@@ -1,4 +1,5 @@
 """tools/suite_cpu.py: the test suite's CPU time by test and by file."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -6,8 +7,17 @@ import sys
 
 from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import suite_cpu  # noqa: E402
+
+def _load_tool(name):
+  """tools/<name>.py as a module, without putting tools/ on sys.path."""
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(REPO, "tools", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+suite_cpu = _load_tool("suite_cpu")
 
 BUSY_CHILD = ("import subprocess, sys\n"
               "def test_child_burns_cpu():\n"

@@ -228,8 +228,8 @@ def prepare_pretraining_beam(*, input_files, output_file, options,
   meta = data.build_meta(
       options, files=files, input_bytes=sum(beam_io.file_sizes(files)),
       instances=sum(s["instances"] for s in shards), counts=counts,
-      vocab_size=vocab_size, seconds=time.time() - start, runner="beam", beam_options=beam_options,
-      chunk_bytes=chunk_bytes, num_shards=len(shards), shards=shards,
+      vocab_size=vocab_size, seconds=time.time() - start, runner="beam",
+      beam_options=beam_options, chunk_bytes=chunk_bytes, num_shards=len(shards), shards=shards,
       train_data_pattern=data_pipeline.shard_pattern(output_file, len(shards)))
   fileio.write_json(data.meta_path(output_file), meta)
   logging.info("%s: %d instances in %d shards", output_file,

@@ -1,17 +1,17 @@
 """Masked-LM + next-sentence pretraining on `bertexp prepare pretraining`
 records, with the same encoder and trainer as fine-tuning.
 
-The MLM head is google-research/bert's: dense(H, hidden_act) + LayerNorm,
+The MLM head is google-research/bert's: dense(E, hidden_act) + LayerNorm,
 then logits against the word-embedding table (tied output embedding) + a
 bias. The NSP head is dense(2) on the pooled output. Loss = MLM cross-entropy
 averaged over all masked tokens of the global batch (as google-research/bert
 and Model Garden: an example with more predictions weighs more) + NSP
 cross-entropy averaged over the global batch's examples. After training, the
-encoder is written to MODEL_DIR/encoder/ (bert_config.json, vocab.txt,
+encoder is written to MODEL_DIR/encoder/ (bert_config.json, the tokenizer,
 bert_model.ckpt): INIT_CHECKPOINT for any fine-tuning task.
 
 Shape legend: B batch, S max_seq_length, P max_predictions_per_seq,
-H hidden size, V vocab size.
+H hidden size, E word-embedding width (H for BERT), V vocab size.
 """
 import json
 import logging
@@ -50,7 +50,8 @@ class PretrainingModel(modeling.HeadModel):
         stddev=config.initializer_range, seed=seed)
     # To the word embeddings' width, whose table gives the logits.
     self.mlm_transform = tf_keras.layers.Dense(
-        embedding_width(config), activation=modeling.get_activation(config.hidden_act),
+        embedding_width(config),
+        activation=modeling.get_activation(config.hidden_act),
         kernel_initializer=init(), name="mlm_transform")
     self.mlm_layer_norm = tf_keras.layers.LayerNormalization(
         epsilon=config.layer_norm_eps, dtype="float32", name="mlm_layer_norm")
@@ -307,6 +308,7 @@ class PretrainingTask(base.RecordTask):
     if family in tokenization.BYTE_BPE_TYPES:
       files.append(fileio.join(os.path.dirname(self.meta["vocab_file"]) or
                                ".", tokenization.BYTE_BPE_FILES[1]))
-    casing = {"do_lower_case": self.meta.get("do_lower_case", False),
-              "keep_accents": self.meta.get("keep_accents", False)}
+    casing = {"do_lower_case": self.meta.get("do_lower_case", False)}
+    if self.meta.get("keep_accents"):                  # ALBERT's option
+      casing["keep_accents"] = True
     return None, files, {"tokenizer_config.json": json.dumps(casing) + "\n"}

@@ -5,6 +5,7 @@ import json
 import os
 import random
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,6 +17,7 @@ from conftest import NEGATIVE, POSITIVE, REPO
 from conftest import prepare_tiny_sst2_run
 from bertexp.data import tokenization
 import family_fixtures
+import matrix_fixtures as mf
 from test_train import _train
 
 
@@ -103,7 +105,7 @@ def test_a_family_pretrains_on_its_tokenizers_data_into_a_folder_that_tokenizes_
   """ALBERT (SentencePiece; factorised embeddings, E 16 < H 32: the MLM head
   ties to the [V, E] table) and RoBERTa (byte-level BPE, no token types):
   `prepare pretraining --tokenizer` on the converted folder, pretraining
-  from its weights, and MODEL_DIR/encoder/ is a --tokenizer folder of the
+  from its weights (2 mirrored replicas = 1 replica), and MODEL_DIR/encoder/ is a --tokenizer folder of the
   same family and casing (prepared cased) that gives the data's ids,
   loadable by its path alone."""
   hf = family_fixtures.hugging_face_folder(str(tmp_path / "hf"), family)
@@ -126,9 +128,20 @@ def test_a_family_pretrains_on_its_tokenizers_data_into_a_folder_that_tokenizes_
             "MODEL_DIR": f'"{model_dir}"', "TRAIN_BATCH_SIZE": 8,
             "EVAL_BATCH_SIZE": 16, "TRAIN_STEPS": 3, "STEPS_PER_LOOP": 3,
             "SEED": 1, "LEARNING_RATE": 1e-2,
-            "bertexp.experiment.eval_before_training": True}
-  assert cli.main(["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin"] +
-                  [f"--gin_param={k}={v}" for k, v in params.items()]) == 0
+            "bertexp.experiment.eval_before_training": True,
+            "bertexp.PretrainingTask.shuffle_buffer_size": 0,
+            "bertexp.configure_numerics.precision": '"float32"'}
+  for folder, strategy in ((model_dir, "default"),
+                           (tmp_path / "two", "mirrored_2")):
+    gin.clear_config()
+    assert cli.main(
+        ["train", f"--gin_file={REPO}/gin/tasks/pretraining.gin"] +
+        [f"--gin_param={k}={v}" for k, v in dict(
+            params, MODEL_DIR=f'"{folder}"').items()] +
+        [f"--gin_param={b}" for b in mf.STRATEGIES[strategy]]) == 0
+  # 2 mirrored replicas train the weights of 1 (the head tied to [V, E]).
+  mf.assert_equal_runs(str(tmp_path / "two"), str(model_dir),
+                       f"{start}/bert_model.ckpt")
   summary = json.loads((model_dir / "training_summary.json").read_text())
   assert summary["eval_metrics"]["mlm_loss"] != pytest.approx(
       summary["initial_eval_metrics"]["mlm_loss"], rel=1e-3)

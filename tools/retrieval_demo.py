@@ -5,18 +5,20 @@ on training questions and their paragraphs (in-batch negatives over the
 batch plus one BM25-mined hard negative per question, questions sharing a
 paragraph kept out of each other's negatives),
 then searches all dev-set paragraphs for dev questions, against BM25
-(bm25s, a maintained implementation) and the model as shipped. Writes
+(bm25s, a maintained implementation) and the model as shipped; and each
+model's ranking merged with BM25's by reciprocal rank fusion (hybrid
+search: no weight tuned on the dev questions). Writes
 runs/retrieval/results.json and results.md (MRR@10, recall@1, recall@10:
 mean ± std over the seeds) and keeps seed 1's run, exported, in
 runs/retrieval/model and as a sentence-transformers folder in
-runs/retrieval/sentence_transformers.
+runs/retrieval/sentence_transformers. A seed's run that finished before is
+kept (delete runs/retrieval to train again).
 
     python tools/retrieval_demo.py [--seeds=1,2,3] [--train_pairs=3200]
 """
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -26,11 +28,14 @@ import numpy as np
 
 from bertexp.tasks.embedding import retrieval
 from bertexp.util import demo_data
+from bertexp.util import machine
 
 OUT = "runs/retrieval"
 DATA = ".cache/data/squad_retrieval"
 GIN = "experiments/demo/squad_retrieval_cpu.gin"
 MEASURES = ("mrr@10", "recall@1", "recall@10")
+DEPTH = 100          # documents kept per query, by each retriever and fused
+SHIPPED = ".cache/minilm_l6"
 
 
 def _squad(split):
@@ -108,19 +113,41 @@ def _read_tsv(path):
   return rows
 
 
-def bm25(folder):
-  """BM25 (bm25s, Lucene's scoring, English stopwords) over the corpus:
-  the same metrics as the model's evaluation."""
-  corpus = _read_tsv(os.path.join(folder, "corpus.tsv"))
-  queries = _read_tsv(os.path.join(folder, "queries.tsv"))
+def evaluation_files(folder):
+  """(corpus [(id, text)], queries [(id, text)], qrels {query: {doc: 1}})."""
   qrels = {}
   for query, doc in _read_tsv(os.path.join(folder, "qrels.tsv")):
     qrels.setdefault(query, {})[doc] = 1
+  return (_read_tsv(os.path.join(folder, "corpus.tsv")),
+          _read_tsv(os.path.join(folder, "queries.tsv")), qrels)
+
+
+def bm25_rankings(corpus, queries):
+  """BM25 (bm25s, Lucene's scoring, English stopwords) over the corpus:
+  {query id: the best DEPTH document ids}."""
   found = _bm25_search(_bm25_index([text for _, text in corpus]),
-                       [text for _, text in queries], 100)
-  rankings = {qid: [corpus[j][0] for j in row]
-              for (qid, _), row in zip(queries, found)}
-  return retrieval.ranking_metrics(rankings, qrels, MEASURES)
+                       [text for _, text in queries], DEPTH)
+  return {qid: [corpus[j][0] for j in row]
+          for (qid, _), row in zip(queries, found)}
+
+
+def dense_rankings(model_dir, corpus, queries):
+  """The exported model's rankings: `Predictor.embed` of every text (its
+  serve_text tokenizes in the graph), exact inner-product search."""
+  import bertexp
+  predictor = bertexp.Predictor(model_dir)
+  documents = predictor.embed([text for _, text in corpus])         # [N, D]
+  asked = predictor.embed([text for _, text in queries])            # [Q, D]
+  _, best = retrieval.top_k(asked, documents, DEPTH)                # [Q, K]
+  return {qid: [corpus[j][0] for j in row]
+          for (qid, _), row in zip(queries, best)}
+
+
+def fused(first, second):
+  """Reciprocal rank fusion of two {query id: ranking}s."""
+  return {qid: retrieval.reciprocal_rank_fusion([first[qid], second[qid]],
+                                                depth=DEPTH)
+          for qid in first}
 
 
 def _bertexp(*args):
@@ -140,23 +167,34 @@ def prepare(folder):
 
 
 def fine_tune(seed, model_dir, eval_before):
-  """(the run's training summary, its training seconds); with eval_before
-  the summary also holds the shipped model's metrics."""
-  shutil.rmtree(model_dir, ignore_errors=True)
-  _bertexp("train", f"--gin_file={GIN}", f"--gin_param=MODEL_DIR=\"{model_dir}\"",
-           f"--gin_param=SEED={seed}", "--mode=train_and_eval",
-           f"--gin_param=bertexp.experiment.eval_before_training={eval_before}")
-  with open(os.path.join(model_dir, "training_summary.json")) as f:
+  """(the run's training summary, its training seconds), the run exported;
+  with eval_before the summary also holds the shipped model's metrics. A
+  run that finished before (its training_summary.json) is kept: delete
+  runs/retrieval to train again."""
+  summary_file = os.path.join(model_dir, "training_summary.json")
+  if not os.path.exists(summary_file):
+    shutil.rmtree(model_dir, ignore_errors=True)
+    _bertexp("train", f"--gin_file={GIN}",
+             f"--gin_param=MODEL_DIR=\"{model_dir}\"",
+             f"--gin_param=SEED={seed}", "--mode=train_and_eval",
+             f"--gin_param=bertexp.experiment.eval_before_training={eval_before}")
+  if not os.path.isdir(os.path.join(model_dir, "export")):
+    export(model_dir)
+  with open(summary_file) as f:
     summary = json.load(f)
   return summary, summary["wall_time_seconds"]
 
 
+def export(model_dir, *bindings):
+  """A SavedModel of `model_dir`'s last checkpoint (serve_text returns
+  embeddings), or of what `bindings` name."""
+  _bertexp("train", f"--gin_file={GIN}", f"--gin_param=MODEL_DIR=\"{model_dir}\"",
+           "--mode=export", *[f"--gin_param={b}" for b in bindings])
+
+
 def publish(run):
-  """Exports `run` (its last checkpoint: a SavedModel whose serve_text
-  returns embeddings) and copies it to runs/retrieval/model, with its
+  """Copies the exported `run` to runs/retrieval/model, with its
   sentence-transformers folder in runs/retrieval/sentence_transformers."""
-  _bertexp("train", f"--gin_file={GIN}", f"--gin_param=MODEL_DIR=\"{run}\"",
-           "--mode=export")
   model = os.path.join(OUT, "model")
   shutil.rmtree(model, ignore_errors=True)
   shutil.copytree(run, model)
@@ -193,31 +231,51 @@ def main():
   folder = os.path.join(DATA, "files")
   write_files(folder, args.train_pairs, args.dev_questions)
   prepare(folder)
-  rows = {"BM25 (bm25s 0.3.16)": {m: (v, 0.0) for m, v in bm25(folder).items()}}
+  corpus, queries, qrels = evaluation_files(folder)
+  scored = lambda rankings: retrieval.ranking_metrics(rankings, qrels, MEASURES)
+  lexical = bm25_rankings(corpus, queries)
   runs, shipped = [], None
   for seed in seeds:
     summary, seconds = fine_tune(seed, os.path.join(OUT, f"seed_{seed}"),
                                  eval_before=shipped is None)
     shipped = shipped or summary["initial_eval_metrics"]
-    runs.append((summary["eval_metrics"], seconds))
-  rows["all-MiniLM-L6-v2 as shipped"] = {m: (shipped[m], 0.0) for m in MEASURES}
-  rows[f"fine-tuned ({len(seeds)} seeds)"] = {
-      m: _mean_std([r[m] for r, _ in runs]) for m in MEASURES}
+    dense = dense_rankings(os.path.join(OUT, f"seed_{seed}"), corpus, queries)
+    runs.append((summary["eval_metrics"], scored(fused(dense, lexical)),
+                 seconds))
+  shipped_dir = os.path.join(OUT, "shipped")
+  if not os.path.isdir(os.path.join(shipped_dir, "export")):
+    export(shipped_dir, f'PREDICT_CHECKPOINT_PATH="{SHIPPED}"')
+  shipped_fused = scored(fused(dense_rankings(shipped_dir, corpus, queries),
+                               lexical))
+  n = len(seeds)
+  rows = {
+      "BM25 (bm25s 0.3.16)": scored(lexical),
+      "all-MiniLM-L6-v2 as shipped": shipped,
+      f"fine-tuned ({n} seeds)": [r for r, _, _ in runs],
+      "BM25 + all-MiniLM-L6-v2 as shipped, reciprocal rank fusion":
+          shipped_fused,
+      f"BM25 + fine-tuned, reciprocal rank fusion ({n} seeds)":
+          [r for _, r, _ in runs]}
+  rows = {name: {m: _mean_std([r[m] for r in value]) if isinstance(
+      value, list) else (value[m], 0.0) for m in MEASURES}
+          for name, value in rows.items()}
   for row in rows.values():
     row["training"] = "—"
-  rows[f"fine-tuned ({len(seeds)} seeds)"]["training"] = (
-      f"{np.mean([s for _, s in runs]):.0f} s a seed, {args.train_pairs} "
+  rows[f"fine-tuned ({n} seeds)"]["training"] = (
+      f"{np.mean([s for _, _, s in runs]):.0f} s a seed, {args.train_pairs} "
       "pairs")
   results = {"rows": rows, "seeds": seeds, "train_pairs": args.train_pairs,
              "dev_questions": args.dev_questions,
-             "cpu": platform.processor() or platform.machine(),
-             "per_seed": [r for r, _ in runs]}
+             "cpu": machine.describe_cpu(),
+             "per_seed": [r for r, _, _ in runs],
+             "per_seed_fused": [r for _, r, _ in runs]}
   publish(os.path.join(OUT, f"seed_{seeds[0]}"))
   with open(os.path.join(OUT, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
   with open(os.path.join(OUT, "results.md"), "w") as f:
     f.write(table(results))
   print(table(results))
+  print(machine.cpu_line())
 
 
 if __name__ == "__main__":

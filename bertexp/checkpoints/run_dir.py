@@ -194,12 +194,16 @@ def restore_model(model, model_dir, checkpoint_path=None):
     model_dir: the run folder (its newest intact ckpt-N is used; its
       best_checkpoint/ when training stopped early).
     checkpoint_path: PREDICT_CHECKPOINT_PATH, anything `resolve` takes; it
-      wins over `model_dir`.
+      wins over `model_dir`. An encoder folder (a converted model as
+      shipped) is enough for a model whose only weights are its encoder's
+      (sentence embeddings).
   Returns:
     The prefix read.
   Raises:
     FileNotFoundError: nothing to restore (train first).
     CheckpointError: the checkpoint named is damaged.
+    ValueError: an encoder checkpoint for a model with weights of its own
+      beyond the encoder (a task head it does not hold).
   """
   best = model_dir and fileio.join(model_dir, "best_checkpoint")
   if model_dir and not checkpoint_path and stopped_early_at(
@@ -213,10 +217,28 @@ def restore_model(model, model_dir, checkpoint_path=None):
     raise FileNotFoundError(f"{model_dir}: no checkpoint to evaluate, predict "
                             "or export (train first or bind "
                             "PREDICT_CHECKPOINT_PATH)") from None
-  tf.train.Checkpoint(model=model).read(path).expect_partial() \
-      .assert_existing_objects_matched()
+  if not _is_training_checkpoint(path):
+    _check_encoder_is_the_whole_model(model, path)
+    restore_encoder(model.encoder, path)
+  else:
+    tf.train.Checkpoint(model=model).read(path).expect_partial() \
+        .assert_existing_objects_matched()
   logging.info("restored model weights from %s", path)
   return path
+
+
+def _check_encoder_is_the_whole_model(model, path):
+  """Raises ValueError when `model` trains variables outside its encoder,
+  which the encoder checkpoint `path` cannot hold (records a model sets
+  when it is built, such as its pooling, are not trained)."""
+  encoder = {v.ref() for v in getattr(model, "encoder", model).variables}
+  others = sorted(v.name for v in model.trainable_variables
+                  if v.ref() not in encoder)
+  if others:
+    raise ValueError(
+        f"{path} holds an encoder's weights only, and this task's model has "
+        f"{len(others)} more ({others[0]}, ...): evaluate, predict or export "
+        "a run's checkpoint (a MODEL_DIR or its ckpt-N)")
 
 
 def layer_report(prefix, model_layers):

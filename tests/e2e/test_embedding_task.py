@@ -22,7 +22,8 @@ from bertexp.checkpoints import run_dir
 from bertexp.data import tokenization
 from bertexp.tasks.embedding import task as embedding_task
 import matrix_fixtures as mf
-from conftest import MINILM_HF, REPO, gin_params, requires_minilm, start_server
+from conftest import (DEMO_GIN, MINILM_HF, REPO, gin_params, requires_minilm,
+                      start_server)
 
 GIN_FILE = "gin/tasks/embedding.gin"
 SQUAD_DEV = os.path.join(REPO, ".cache", "squad", "dev-v1.1.json")
@@ -149,6 +150,47 @@ def test_converted_all_minilm_gives_sentence_transformers_embeddings(
       model.encoder, query_length=128, document_length=128,
       pooling_mode="cls", normalize=True)(ids, training=False).numpy()[:, 0]
   assert np.abs(cls - want).max() > 1e-2
+  # Served as shipped: exported from the converted folder itself (no
+  # training run), Predictor.embed tokenizes in the graph and gives the
+  # same vectors.
+  model_dir = str(tmp_path / "shipped")
+  meta = tmp_path / "shipped_meta"
+  meta.write_text(json.dumps({"max_seq_length": 128, "max_query_length": 128,
+                              "splits": {}, "vocab_file": f"{out}/vocab.txt",
+                              "do_lower_case": True}))
+  shipped = ["train", "--mode=export", f"--gin_file={GIN_FILE}"] + gin_params(
+      {"BERT_CONFIG_FILE": f"{out}/bert_config.json", "INIT_CHECKPOINT": out,
+       "TRAIN_DATA_PATH": "unused", "INPUT_META_DATA_PATH": str(meta),
+       "MODEL_DIR": model_dir,
+       "PREDICT_CHECKPOINT_PATH": out})
+  assert cli.main(shipped) == 0
+  served = bertexp.Predictor(model_dir).embed([c["text"] for c in cases])
+  assert np.abs(served - want).max() < 1e-5
+
+
+def test_an_encoder_folder_is_refused_for_a_task_with_a_head(tmp_path,
+                                                            capsys):
+  """Exporting a classifier from an encoder folder would serve a random
+  head: one line naming the folder and a head variable, nothing written."""
+  folder = str(tmp_path / "encoder")
+  config = tmp_path / "bert_config.json"
+  config.write_text(json.dumps(TINY))
+  converters.write_checkpoint_folder(bertexp.load_encoder(str(config)), VOCAB,
+                                     folder)
+  meta = tmp_path / "meta"
+  meta.write_text(json.dumps({"num_labels": 2, "max_seq_length": 16,
+                              "label_type": "int", "train_data_size": 0}))
+  model_dir = str(tmp_path / "run")
+  code = cli.main(["train", "--mode=export", f"--gin_file={DEMO_GIN}"] +
+                  gin_params({"BERT_CONFIG_FILE": str(config),
+                              "INPUT_META_DATA_PATH": str(meta),
+                              "MODEL_DIR": model_dir,
+                              "PREDICT_CHECKPOINT_PATH": folder}))
+  assert code != 0
+  error = capsys.readouterr().err.strip().splitlines()[-1]
+  assert f"{folder}/bert_model.ckpt holds an encoder's weights only" in error
+  assert "classifier" in error
+  assert not os.path.exists(os.path.join(model_dir, "export"))
 
 
 def _train(spec, model_dir, *extra, mode="train_and_eval", **params):

@@ -20,8 +20,15 @@ computes them, averaged over the judged queries:
 A query whose judgements hold no relevant document is an error: no measure
 above is defined for it.
 
+Fusion: `reciprocal_rank_fusion` merges rankings of one query from several
+retrievers (a dense model and BM25, say) by the sum of 1 / (k + rank) over
+the rankings a document is in (Cormack, Clarke and Buettcher, SIGIR 2009;
+k = 60 as there). It reads ranks only, so scores of different scales need
+no calibration, and it has no weight to tune on the evaluation queries.
+
 Shape legend: Q queries, N corpus rows, D embedding width, K kept results.
 """
+import math
 from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
@@ -96,6 +103,45 @@ def ranking_metrics(rankings: Mapping[str, Sequence[str]],
     for name in measures:
       per_query[name].append(_measure(name, grades, relevant))
   return {name: float(np.mean(values)) for name, values in per_query.items()}
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = 60,
+                           depth: int = 100) -> List[str]:
+  """One query's rankings from several retrievers merged into one.
+
+  A document's fused score is the sum over the rankings that hold it of
+  1 / (k + rank), ranks from 1; a ranking that lacks it adds nothing.
+
+  Args:
+    rankings: one list of document ids per retriever, best first (each
+      without repeats; lengths may differ).
+    k: the constant that damps the top ranks' weight (60 in the paper).
+    depth: how many fused documents to return.
+  Returns:
+    Document ids, best fused score first; equal scores in the order the
+    documents first appear reading the rankings rank by rank, the first
+    ranking first at each rank.
+  Raises:
+    ValueError: no rankings, k < 0, depth < 1, or a ranking that repeats a
+      document.
+  """
+  if not rankings or k < 0 or depth < 1:
+    raise ValueError(f"reciprocal_rank_fusion: needs at least one ranking, "
+                     f"k >= 0 and depth >= 1 (got {len(rankings)} rankings, "
+                     f"k={k}, depth={depth})")
+  terms, first_seen = {}, {}
+  for which, ranking in enumerate(rankings):
+    if len(set(ranking)) != len(ranking):
+      raise ValueError(f"reciprocal_rank_fusion: ranking {which} repeats a "
+                       "document")
+    for rank, doc in enumerate(ranking, start=1):
+      terms.setdefault(doc, []).append(1.0 / (k + rank))
+      first_seen[doc] = min(first_seen.get(doc, (rank, which)), (rank, which))
+  # fsum rounds once: documents at the same ranks tie exactly, whatever
+  # the order of the rankings.
+  scores = {doc: math.fsum(values) for doc, values in terms.items()}
+  fused = sorted(scores, key=lambda doc: (-scores[doc], first_seen[doc]))
+  return fused[:depth]
 
 
 def _measure(name, grades: List[int], relevant: Mapping[str, int]):

@@ -64,8 +64,10 @@ demo-sweep: demo-data
 	  --gin_param=TRAIN_STEPS=60 --gin_param=bertexp.experiment.checkpoint_interval_steps=20
 
 # SQuAD v1.1 question -> paragraph retrieval over every dev paragraph: BM25,
-# all-MiniLM-L6-v2 as shipped and fine-tuned as a bi-encoder (3 seeds);
-# runs/retrieval/results.md, seed 1's run in runs/retrieval/model.
+# all-MiniLM-L6-v2 as shipped and fine-tuned as a bi-encoder (3 seeds), each
+# model alone and fused with BM25 (reciprocal rank fusion);
+# runs/retrieval/results.md, seed 1's run in runs/retrieval/model. Finished
+# seeds are kept: delete runs/retrieval to train again.
 demo-retrieval: demo-data
 	$(PY) -m pip install -q -c constraints.txt -e '.[retrieval]'
 	$(PY) tools/retrieval_demo.py

@@ -218,8 +218,8 @@ def restore_model(model, model_dir, checkpoint_path=None):
                             "or export (train first or bind "
                             "PREDICT_CHECKPOINT_PATH)") from None
   if not _is_training_checkpoint(path):
-    _check_encoder_is_the_whole_model(model, path)
-    restore_encoder(model.encoder, path)
+    encoder = _check_encoder_is_the_whole_model(model, path)
+    restore_encoder(encoder, path)
   else:
     tf.train.Checkpoint(model=model).read(path).expect_partial() \
         .assert_existing_objects_matched()
@@ -228,17 +228,20 @@ def restore_model(model, model_dir, checkpoint_path=None):
 
 
 def _check_encoder_is_the_whole_model(model, path):
-  """Raises ValueError when `model` trains variables outside its encoder,
-  which the encoder checkpoint `path` cannot hold (records a model sets
-  when it is built, such as its pooling, are not trained)."""
-  encoder = {v.ref() for v in getattr(model, "encoder", model).variables}
+  """`model`'s encoder (the model itself when it has no `encoder`); raises
+  ValueError when `model` trains variables outside it, which the encoder
+  checkpoint `path` cannot hold (records a model sets when it is built,
+  such as its pooling, are not trained)."""
+  encoder = getattr(model, "encoder", model)
+  inside = {v.ref() for v in encoder.variables}
   others = sorted(v.name for v in model.trainable_variables
-                  if v.ref() not in encoder)
+                  if v.ref() not in inside)
   if others:
     raise ValueError(
         f"{path} holds an encoder's weights only, and this task's model has "
-        f"{len(others)} more ({others[0]}, ...): evaluate, predict or export "
-        "a run's checkpoint (a MODEL_DIR or its ckpt-N)")
+        f"{len(others)} more ({others[0]}, ...): name a run's checkpoint "
+        "(a MODEL_DIR or its ckpt-N) that trained them")
+  return encoder
 
 
 def layer_report(prefix, model_layers):

@@ -17,7 +17,6 @@ import numbers
 import re
 
 import tensorflow as tf
-from tensorboard.plugins.hparams import api as hparams_api
 
 from bertexp.util import fileio
 
@@ -44,6 +43,9 @@ def macro_hparams(config_text):
 
 def write_header(summary_dir, config_text, step=0):
   """The configuration (text) and the HParams session of a run."""
+  # Imported here: it loads TensorBoard's protos (~0.4 CPU-s), which
+  # processes that import this module without training never need.
+  from tensorboard.plugins.hparams import api as hparams_api
   writer = tf.summary.create_file_writer(summary_dir)
   with writer.as_default():
     tf.summary.text("config", "```\n" + config_text + "\n```", step=step)

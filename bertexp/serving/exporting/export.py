@@ -96,10 +96,16 @@ def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
   reference = reference["probabilities"].numpy()                     # [N, L]
   folder = fileio.join(model_dir, "tflite")
   fileio.makedirs(folder)
+  # The converter saves its functions with this object first: the model's
+  # variables only, not the Keras model (whose layer functions it would
+  # trace and save, most of a conversion's time).
+  weights = tf.Module()
+  serving_weights.attach_model(weights, model)
+  concrete = classify.get_concrete_function()
   report = {}
   for kind in ("float", "int8"):
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [classify.get_concrete_function()], model)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete],
+                                                                weights)
     if kind == "int8":
       converter.optimizations = [tf.lite.Optimize.DEFAULT]   # dynamic range
     flatbuffer = converter.convert()

@@ -43,25 +43,27 @@ TINY_CONFIG = {"vocab_size": len(TINY_VOCAB), "hidden_size": 16,
                "max_position_embeddings": 64, "type_vocab_size": 2,
                "initializer_range": 0.02}
 
-# The slowest test files, slowest first (from `make test`'s durations): with
+# The slowest test files, slowest first (by the CPU-seconds
+# `tools/suite_cpu.py` counts for them and their subprocesses): with
 # `--dist loadfile --no-loadscope-reorder` (the Makefile's) the workers take
 # files in this order, so the suite does not end with one worker running a
 # long file alone while the others wait. Other files follow in collection
 # order.
-SLOW_FILES_FIRST = ("test_tpu_check.py", "test_strategy_matrix.py",
-                    "test_faults.py",
-                    "test_accumulation_recompute_padding.py", "test_train.py",
-                    "test_sweep.py", "test_quickstart.py", "test_serving.py",
-                    "test_serving_lifecycle.py", "test_beam_pipelines.py",
-                    "test_multiple_choice.py", "test_embedding_task.py",
-                    "test_task_outside_the_package.py",
-                    "test_long_documents.py", "test_class_weights.py",
-                    "test_tagging.py", "test_early_stopping.py",
-                    "test_kfold.py", "test_encoder_families.py",
-                    "test_sentencepiece_families.py",
+SLOW_FILES_FIRST = ("test_tpu_check.py", "test_encoder_families.py",
+                    "test_sweep.py", "test_strategy_matrix.py",
+                    "test_faults.py", "test_embedding_task.py",
+                    "test_beam_pipelines.py", "test_pretraining_task.py",
+                    "test_accumulation_recompute_padding.py",
+                    "test_multiple_choice.py", "test_train.py",
+                    "test_sentencepiece_families.py", "test_quickstart.py",
+                    "test_real_weights.py", "test_class_weights.py",
+                    "test_long_documents.py", "test_install.py",
+                    "test_distillation.py", "test_serving.py",
+                    "test_serving_lifecycle.py",
+                    "test_task_outside_the_package.py", "test_tagging.py",
+                    "test_early_stopping.py", "test_kfold.py",
                     "test_train_step.py", "test_squad_task.py",
-                    "test_real_weights.py", "test_hub_encoder.py",
-                    "test_pretraining_task.py")
+                    "test_hub_encoder.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -327,15 +327,15 @@ def tiny_trainer(task, replicas, make_optimizer, batch, total_steps,
 
 
 def start_server(model_dir, *flags, name="tiny"):
-  """`bertexp serve` in a subprocess on free localhost ports: (process,
-  REST port, gRPC port)."""
+  """`bertexp serve` in a new process (forked_python's) on free localhost
+  ports: (process, REST port, gRPC port)."""
   import re
   import subprocess
-  import sys
+  import forked_python
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
   where = [model_dir, f"--model_name={name}"] if model_dir else []
-  process = subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", "serve", *where,
+  process = forked_python.popen(
+      ["-m", "bertexp.cli", "serve", *where,
        "--rest_port=0", "--grpc_port=0", "--host=127.0.0.1", *flags],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
   line = process.stdout.readline()

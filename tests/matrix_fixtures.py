@@ -13,7 +13,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ import tensorflow as tf
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
+import forked_python
 from conftest import NEGATIVE, POSITIVE, REPO, TINY_CONFIG, TINY_VOCAB
 
 # Strategy cells: extra bindings on top of an experiment's own runtime.
@@ -316,9 +316,9 @@ def _environment():
 
 def run_cli(args, timeout=600):
   """`bertexp ARGS` in a new Python process; returns its output."""
-  done = subprocess.run([sys.executable, "-m", "bertexp.cli", *args], cwd=REPO,
-                        env=_environment(), text=True, timeout=timeout,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  done = forked_python.run(["-m", "bertexp.cli", *args], cwd=REPO,
+                           env=_environment(), text=True, timeout=timeout,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   assert done.returncode == 0, done.stdout[-4000:]
   return done.stdout
 

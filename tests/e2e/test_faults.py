@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -18,6 +17,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.train import stop_signals
+import forked_python
 from conftest import (ONE_LAYER_CONFIG, REPO, TINY_VOCAB,
                       prepare_tiny_sst2_run)
 
@@ -46,9 +46,9 @@ def _args(paths, model_dir, mode="train", **more):
 def _start(args):
   """`bertexp ARGS` in a new process (one CPU thread: reduction order fixed)."""
   args = list(args) + ["--gin_param=bertexp.experiment.cpu_threads=1"]
-  return subprocess.Popen([sys.executable, "-m", "bertexp.cli", *args],
-                          cwd=REPO, env=ENV, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  return forked_python.popen(["-m", "bertexp.cli", *args], cwd=REPO, env=ENV,
+                             text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
 
 
 def _finish(args, expect=0, timeout=300):
@@ -351,8 +351,8 @@ def test_a_lost_worker_makes_the_other_exit_naming_it(run, tmp_path, fault):
       "--gin_param=bertexp.make_strategy.collective_timeout_seconds=30"]
   cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   logs = [open(tmp_path / f"worker{i}.log", "w+") for i in range(2)]
-  workers = [subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
+  workers = [forked_python.popen(
+      ["-m", "bertexp.cli", *args], cwd=REPO, text=True,
       stdout=logs[i], stderr=subprocess.STDOUT, env=dict(ENV, TF_CONFIG=json.dumps(
           {"cluster": cluster, "task": {"type": "worker", "index": i}})))
              for i in range(2)]
@@ -436,8 +436,8 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(run,
       '--gin_param=bertexp.make_strategy.kind="multi_worker_mirrored"']
   cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   logs = [tmp_path / f"worker{i}.log" for i in range(2)]
-  workers = [subprocess.Popen(
-      [sys.executable, "-m", "bertexp.cli", *args], cwd=REPO, text=True,
+  workers = [forked_python.popen(
+      ["-m", "bertexp.cli", *args], cwd=REPO, text=True,
       stdout=open(logs[i], "w"), stderr=subprocess.STDOUT,
       env=dict(ENV, TF_CONFIG=json.dumps(
           {"cluster": cluster, "task": {"type": "worker", "index": i}})))

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,6 +16,7 @@ from bertexp import cli
 from bertexp.sweeps import grids
 from bertexp.sweeps import runner
 from bertexp.train import strategy as strategy_lib
+import forked_python
 from conftest import REPO, prepare_tiny_sst2_run
 
 DEMO = os.path.join(REPO, "experiments/demo/movie_sentiment_cpu.gin")
@@ -223,8 +223,8 @@ def test_dry_run_lists_trials_before_the_model_and_data_exist(sweep_setup,
 
 
 def _sweep_process(args, log):
-  return subprocess.Popen([sys.executable, "-m", "bertexp.cli", *args],
-                          cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+  return forked_python.popen(["-m", "bertexp.cli", *args], cwd=REPO,
+                             stdout=log, stderr=subprocess.STDOUT)
 
 
 def _study(out, storage=None, name="sweep"):

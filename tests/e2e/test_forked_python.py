@@ -1,0 +1,64 @@
+"""The processes the end-to-end tests start through forked_python behave as
+new `python` processes would: their own pid, the environment, folder and
+streams they were given, exit codes, death by signal and KeyboardInterrupt
+as an interpreter reports them, and TensorFlow's runtime started fresh."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+import forked_python
+
+REPORT = ("import json, os, sys\n"
+          "print(json.dumps({'pid': os.getpid(), 'cwd': os.getcwd(),"
+          " 'argv': sys.argv, 'value': os.environ.get('FORKED_VALUE'),"
+          " 'other': os.environ.get('ONLY_IN_THE_TEST')}))\n"
+          "print('to stderr', file=sys.stderr)\n"
+          "sys.exit(int(sys.argv[1]))\n")
+
+
+def test_environment_folder_arguments_streams_and_exit_code(tmp_path,
+                                                            monkeypatch):
+  import json
+  monkeypatch.setenv("ONLY_IN_THE_TEST", "x")
+  env = {k: v for k, v in os.environ.items() if k != "ONLY_IN_THE_TEST"}
+  done = forked_python.run(["-c", REPORT, "3", "more"], cwd=str(tmp_path),
+                           env=dict(env, FORKED_VALUE="42"), text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  report = json.loads(done.stdout)
+  assert done.returncode == 3 and done.stderr == "to stderr\n"
+  assert report == {"pid": report["pid"], "cwd": str(tmp_path),
+                    "argv": ["-c", "3", "more"], "value": "42",
+                    "other": None}
+  assert report["pid"] not in (os.getpid(), forked_python._zygote().process.pid)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGKILL, -signal.SIGKILL),
+                                         (signal.SIGTERM, -signal.SIGTERM),
+                                         (signal.SIGINT, -signal.SIGINT)])
+def test_a_signal_ends_it_as_it_ends_an_interpreter(signum, code):
+  """SIGINT raises KeyboardInterrupt in Python code; uncaught, the
+  process dies of SIGINT, as `python` does."""
+  process = forked_python.popen(
+      ["-c", "import sys, time\nprint('up', flush=True)\ntime.sleep(60)\n"],
+      stdout=subprocess.PIPE, text=True)
+  assert process.stdout.readline() == "up\n"
+  assert process.poll() is None
+  process.send_signal(signum)
+  assert process.wait(timeout=30) == code
+  process.send_signal(signal.SIGTERM)            # ended: nothing happens
+
+
+def test_a_module_runs_as_main_and_tensorflow_starts_in_the_child():
+  """`-m` runs the module as __main__; TensorFlow, imported but never run by
+  the zygote, computes in each child with a runtime of its own."""
+  code = ("import sys, tensorflow as tf\n"
+          "print(int(tf.reduce_sum(tf.range(int(sys.argv[1])))))\n")
+  for n in (4, 10):
+    done = forked_python.run(["-c", code, str(n)], stdout=subprocess.PIPE,
+                             text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, f"{n * (n - 1) // 2}\n")
+  done = forked_python.run(["-m", "bertexp.cli", "--help"],
+                           stdout=subprocess.PIPE, text=True, timeout=120)
+  assert done.returncode == 0 and "usage: bertexp" in done.stdout

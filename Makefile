@@ -226,6 +226,8 @@ demo-distill: demo-data
 # Byte code is cached even where PYTHONDONTWRITEBYTECODE is set (as on many
 # CI hosts): the training and serving subprocesses then load bertexp's
 # modules, and the test processes their rewritten test files, compiled once.
+# The `bertexp` commands a test starts itself fork from a process that
+# imported TensorFlow once (tests/forked_python.py): ~4 CPU-s less each.
 TEST_WORKERS ?= 3
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 

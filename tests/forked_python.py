@@ -114,13 +114,19 @@ class _Zygote:
     self.started_ready = threading.Condition()
     self.exits = {}
     self.children_cpu_seconds = 0.0
+    self.alive = True
     self.exit_ready = threading.Condition()
     threading.Thread(target=self._read, daemon=True).start()
 
   def _read(self):
     while True:
       message = self.channel.recv(1 << 16)
-      if not message:
+      if not message:                        # the zygote died: wake waiters
+        with self.exit_ready:
+          self.alive = False
+          self.exit_ready.notify_all()
+        with self.started_ready:
+          self.started_ready.notify_all()
         return
       event = json.loads(message)
       if "started" in event:
@@ -140,7 +146,7 @@ class _Zygote:
       socket.send_fds(self.channel, [request.encode()], fds)
       with self.started_ready:
         while not self.started:
-          if not self.started_ready.wait(timeout=120):
+          if not self.alive or not self.started_ready.wait(timeout=120):
             raise RuntimeError("the forking process did not answer")
         return self.started.pop(0)
 
@@ -148,7 +154,10 @@ class _Zygote:
     """The exit code of child `pid` (negative: the signal that ended it),
     or None after `timeout` seconds."""
     with self.exit_ready:
-      self.exit_ready.wait_for(lambda: pid in self.exits, timeout=timeout)
+      self.exit_ready.wait_for(
+          lambda: pid in self.exits or not self.alive, timeout=timeout)
+      if pid not in self.exits and not self.alive:
+        raise RuntimeError(f"the forking process of {pid} died")
       return self.exits.get(pid)
 
 
@@ -163,11 +172,16 @@ def children_cpu_seconds():
   return zygote.children_cpu_seconds if zygote else 0.0
 
 
+_starting = threading.Lock()
+
+
 def _zygote():
-  """This test process's forking process (started on first use)."""
-  if os.getpid() not in _zygotes:
-    _zygotes[os.getpid()] = _Zygote()
-  return _zygotes[os.getpid()]
+  """This test process's forking process (started on first use, once
+  whichever threads ask)."""
+  with _starting:
+    if os.getpid() not in _zygotes:
+      _zygotes[os.getpid()] = _Zygote()
+    return _zygotes[os.getpid()]
 
 
 class ForkedProcess:
@@ -202,7 +216,8 @@ class ForkedProcess:
     try:
       if argv[0] not in ("-m", "-c") or len(argv) < 2:
         raise ValueError(f"not -m MODULE or -c CODE: {argv[:2]}")
-      self.pid = _zygote().fork(argv, dict(env or os.environ),
+      self._zygote = _zygote()
+      self.pid = self._zygote.fork(argv, dict(env or os.environ),
                                 os.path.abspath(cwd or os.getcwd()), fds)
     finally:
       for fd in closing:
@@ -217,12 +232,12 @@ class ForkedProcess:
 
   def poll(self):
     if self.returncode is None:
-      self.returncode = _zygote().wait(self.pid, timeout=0)
+      self.returncode = self._zygote.wait(self.pid, timeout=0)
     return self.returncode
 
   def wait(self, timeout=None):
     if self.returncode is None:
-      self.returncode = _zygote().wait(self.pid, timeout)
+      self.returncode = self._zygote.wait(self.pid, timeout)
       if self.returncode is None:
         raise subprocess.TimeoutExpired(self.args, timeout)
     return self.returncode

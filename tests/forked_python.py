@@ -41,7 +41,11 @@ def child(request, fds):
   os.chdir(request["cwd"])
   os.environ.clear()
   os.environ.update(request["env"])
+  # As `python` started from a shell, whatever the test process ignores
+  # (pytest-xdist's workers ignore SIGINT): Ctrl-C is KeyboardInterrupt.
   signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
   how, what, *args = request["argv"]
   code = 0
   try:

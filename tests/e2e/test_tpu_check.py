@@ -120,9 +120,9 @@ def tpu_check_runs(fixtures, tmp_path_factory):
   """Every TPU-check run. Per shipped TPU file: as shipped on 8 replicas
   ("shipped"), in float32 on equality_replicas ("float32") and in float32 on
   one ("one_replica"). The XLA runs are new `bertexp train` processes
-  (cpu_replicas splits the CPU before TensorFlow starts), two at a time;
-  meanwhile the one-replica references run here, where TensorFlow is
-  imported already (a new process pays ~5 CPU-s for that). A distillation
+  (cpu_replicas splits the CPU before TensorFlow starts; forked_python's,
+  TensorFlow imported), two at a time; meanwhile the one-replica
+  references run here. A distillation
   file's XLA run starts once its teacher's reference is done. Returns
   {gin_file: {run: (params, future)}}."""
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)

@@ -41,8 +41,9 @@ def child(request, fds):
   os.chdir(request["cwd"])
   os.environ.clear()
   os.environ.update(request["env"])
-  # As `python` started from a shell, whatever the test process ignores
-  # (pytest-xdist's workers ignore SIGINT): Ctrl-C is KeyboardInterrupt.
+  # As `python` started from a shell: Ctrl-C is KeyboardInterrupt even if
+  # the test process ignored SIGINT when it started the zygote (an ignored
+  # signal stays ignored across exec, and Python then keeps it so).
   signal.signal(signal.SIGCHLD, signal.SIG_DFL)
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -55,9 +56,12 @@ def child(request, fds):
     else:
       sys.argv = ["-c"] + args
       exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
-  except SystemExit as stop:
-    code = (stop.code if isinstance(stop.code, int) else
-            0 if stop.code is None else (print(stop.code, file=sys.stderr), 1)[1])
+  except SystemExit as stop:                   # as the interpreter does
+    if stop.code is None or isinstance(stop.code, int):
+      code = stop.code or 0
+    else:
+      print(stop.code, file=sys.stderr)
+      code = 1
   except KeyboardInterrupt:            # as a new interpreter: dies of SIGINT
     sys.stderr.flush()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -91,7 +95,10 @@ while True:
   message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
   if not message:                              # the test process is gone
     for pid in children:
-      os.kill(pid, signal.SIGKILL)
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
     break
   pid = os.fork()
   if pid == 0:

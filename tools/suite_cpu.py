@@ -33,11 +33,12 @@ LOG = os.environ.get("SUITE_CPU_LOG", os.path.join(
 
 def _cpu_seconds():
   """(this process, its reaped children): user + system seconds. The
-  children include those the tests' forked_python module started from its
-  forking process (which the operating system counts for that process)."""
+  children include those forked by this process's zygote
+  (bertexp.util.forked), which the operating system counts for the zygote
+  until it ends."""
   own = resource.getrusage(resource.RUSAGE_SELF)
   children = resource.getrusage(resource.RUSAGE_CHILDREN)
-  forked = sys.modules.get("forked_python")
+  forked = sys.modules.get("bertexp.util.forked")
   return (own.ru_utime + own.ru_stime,
           children.ru_utime + children.ru_stime +
           (forked.children_cpu_seconds() if forked else 0.0))

@@ -1,6 +1,8 @@
 """`bertexp launch --platform=local`: the N worker processes of a launch
 profile on this machine, each with the TF_CONFIG a cluster would give it
-(localhost ports instead of pod names): a real multi-worker run.
+(localhost ports instead of pod names): a real multi-worker run. The
+workers fork from one process that imported TensorFlow (bertexp.util.forked)
+and die with the launcher.
 """
 import os
 import socket
@@ -9,6 +11,7 @@ import sys
 import threading
 
 from bertexp.util import cluster
+from bertexp.util import forked
 
 
 def free_ports(count):
@@ -50,10 +53,10 @@ def run(profile, out=None):
     for index in range(profile.workers):
       env = dict(os.environ, TF_CONFIG=cluster.tf_config(hosts, index))
       env.pop("CLUSTER_SPEC", None)
-      process = subprocess.Popen(
-          [sys.executable, "-m", "bertexp.cli", *profile.train_args()],
-          env=env, text=True, stdout=subprocess.PIPE,
-          stderr=subprocess.STDOUT)
+      process = forked.ForkedProcess(
+          ["-m", "bertexp.cli", *profile.train_args()],
+          preload=forked.TRAINING_MODULES, env=env, text=True,
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
       workers.append(process)
       relay = threading.Thread(target=_relay, daemon=True, args=(
           index, process.stdout, out, lock))

@@ -10,9 +10,7 @@ pruner, and tells the study how it ended.
 import csv
 import dataclasses
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Callable, Optional
@@ -22,20 +20,7 @@ from optuna.trial import TrialState
 from bertexp.checkpoints import run_files
 from bertexp.train import stop_signals
 from bertexp.util import fileio
-
-try:                                   # loaded before any trial starts
-  import ctypes
-  _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (ImportError, OSError, AttributeError):
-  _PRCTL = None
-
-
-def _die_with_parent():
-  """In the trial's process (Linux): killed when the worker thread that
-  started it dies with its process, so a lost worker leaves no trial
-  training on into a folder another worker will resume."""
-  if _PRCTL is not None:
-    _PRCTL(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
+from bertexp.util import forked
 
 
 def status(folder):
@@ -145,15 +130,20 @@ class Worker:
     return self._record(claim, folder, code, pruned_at)
 
   def _train(self, claim, folder):
-    """Runs the trial's process; (exit code, the step it was pruned at)."""
+    """Runs the trial's `bertexp train` process; (exit code, the step it
+    was pruned at)."""
     mode = ("train_eval_predict" if "FOLD" in claim.bindings
             else "train_and_eval")
-    command = [sys.executable, "-m", "bertexp.cli", "train",
+    command = ["-m", "bertexp.cli", "train",
                f"--gin_file={os.path.join(folder, 'trial.gin')}",
                f"--mode={mode}"]
     with open(os.path.join(folder, "log.txt"), "a") as log:
-      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                 preexec_fn=_die_with_parent)
+      # Forked with TensorFlow imported (~4 CPU-s less a trial); a lost
+      # worker process leaves no trial training on into a folder another
+      # worker will resume (its zygote kills the trials it forked).
+      process = forked.ForkedProcess(
+          command, preload=forked.TRAINING_MODULES, stdout=log,
+          stderr=subprocess.STDOUT)
       with self.lock:
         self.processes.add(process)
       try:

@@ -1,10 +1,13 @@
-"""The processes the end-to-end tests start through forked_python behave as
-new `python` processes would: their own pid, the environment, folder and
+"""Processes forked with TensorFlow imported (bertexp.util.forked: sweep
+trials, local launch workers, the tests' own commands) behave as new
+`python` processes would: their own pid, the environment, folder and
 streams they were given, exit codes, death by signal and KeyboardInterrupt
-as an interpreter reports them, and TensorFlow's runtime started fresh."""
+as an interpreter reports them, and TensorFlow's runtime started fresh; and
+they end with the process that started them, even a killed one."""
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -31,7 +34,7 @@ def test_environment_folder_arguments_streams_and_exit_code(tmp_path,
   assert report == {"pid": report["pid"], "cwd": str(tmp_path),
                     "argv": ["-c", "3", "more"], "value": "42",
                     "other": None}
-  assert report["pid"] not in (os.getpid(), forked_python._zygote().process.pid)
+  assert report["pid"] not in (os.getpid(), forked_python.zygote().process.pid)
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGKILL, -signal.SIGKILL),
@@ -62,3 +65,34 @@ def test_a_module_runs_as_main_and_tensorflow_starts_in_the_child():
   done = forked_python.run(["-m", "bertexp.cli", "--help"],
                            stdout=subprocess.PIPE, text=True, timeout=120)
   assert done.returncode == 0 and "usage: bertexp" in done.stdout
+
+
+def _state(pid):
+  """'Z', 'S', 'R'... of process `pid`, or None once it is gone."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0]
+  except FileNotFoundError:
+    return None
+
+
+def test_a_killed_starters_forked_children_die_with_it():
+  """A `bertexp sweep` or launcher killed with SIGKILL cannot stop its
+  trials or workers: its zygote sees it gone and kills them (else a trial
+  trains on into a folder another sweep process resumes)."""
+  starter = ("import subprocess, sys, time\n"
+             "from bertexp.util import forked\n"
+             "child = forked.ForkedProcess(['-c', 'import time; "
+             "time.sleep(120)'], preload=())\n"
+             "print(child.pid, flush=True)\n"
+             "time.sleep(120)\n")
+  process = forked_python.popen(["-c", starter], stdout=subprocess.PIPE,
+                                text=True)
+  child = int(process.stdout.readline())
+  assert _state(child) not in (None, "Z")
+  process.kill()
+  assert process.wait(timeout=30) == -signal.SIGKILL
+  deadline = time.monotonic() + 30
+  while _state(child) not in (None, "Z") and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert _state(child) in (None, "Z")

@@ -235,9 +235,11 @@ demo-distill: demo-data
 # line, training runs, servers, strategies. `make test` runs both.
 # Three test processes (and their subprocesses) share the cores: each
 # TensorFlow runtime gets one intra-op and one inter-op thread instead of
-# thread pools that spin against each other (8 % less CPU in make test).
-# The `bertexp` commands a test starts itself fork from a process that
-# imported TensorFlow once (tests/forked_python.py): ~4 CPU-s less each.
+# thread pools that spin against each other (8 % less CPU in make test);
+# four processes kept the cores busier (93 % against 85 %) and finished no
+# sooner. The `bertexp` commands a test starts, and the trials and workers
+# those start, fork from a process that imported TensorFlow once
+# (bertexp.util.forked): ~4 CPU-s less each.
 TEST_WORKERS ?= 3
 TEST_ENV := env TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 

@@ -63,6 +63,25 @@ def test_precision_policy():
     tf_keras.mixed_precision.set_global_policy("float32")
 
 
+def test_xla_flags_join_the_users_once_and_the_tpu_check_binds_them(
+    monkeypatch):
+  """configure_numerics adds its XLA options to XLA_FLAGS (read at XLA's
+  first compile), keeps the user's, and adds them once however often it
+  runs; runtime/tpu_check.gin turns LLVM's optimisation off."""
+  from bertexp import gin_setup
+  monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/mine")
+  for _ in range(2):
+    strategy.configure_numerics(xla_flags="--xla_backend_optimization_level=0")
+  assert os.environ["XLA_FLAGS"] == (
+      "--xla_dump_to=/tmp/mine --xla_backend_optimization_level=0")
+  monkeypatch.delenv("XLA_FLAGS")
+  strategy.configure_numerics()
+  assert "XLA_FLAGS" not in os.environ
+  with open(gin_setup.resolve_gin_file("runtime/tpu_check.gin")) as f:
+    assert ('bertexp.configure_numerics.xla_flags = '
+            '"--xla_backend_optimization_level=0"') in f.read().splitlines()
+
+
 def test_auto_precision_picks_by_device():
   assert strategy.auto_precision("TPU") == "mixed_bfloat16"
   assert strategy.auto_precision("GPU", (8, 0)) == "mixed_bfloat16"

@@ -35,9 +35,12 @@ import threading
 
 _PR_SET_PDEATHSIG = 1
 # What a `bertexp train` process imports: the zygote's preload for training
-# processes (names only: nothing here imports them).
+# processes (names only: nothing here imports them). The registry brings
+# every task and encoder (and tensorflow_text's kernels), which each child
+# would otherwise load itself; none of it starts TensorFlow's runtime, so
+# forking after it stays safe.
 TRAINING_MODULES = ("tensorflow", "tf_keras", "orbit", "bertexp.cli",
-                    "bertexp.experiment")
+                    "bertexp.experiment", "bertexp.registry")
 
 
 def _die_with_parent():
@@ -201,12 +204,15 @@ class _Zygote:
 
   def close(self):
     """Ends the zygote (and any child still running) and reaps it."""
-    self.channel.close()
+    # Shut down, not just closed: the reading thread's recv then returns
+    # the end of the stream (a closed socket would raise in it).
+    self.channel.shutdown(socket.SHUT_RDWR)
     try:
       self.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
       self.process.kill()
       self.process.wait()
+    self.channel.close()
 
 
 _zygotes = {}

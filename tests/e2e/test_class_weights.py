@@ -155,9 +155,7 @@ def imbalanced_runs(tmp_path_factory):
     # are all positive and all negative (unequal weight sums per replica).
     order = (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
              if name.startswith("short") else [])
-    # One checkpoint, at the end: an epoch is 5 steps here, and one per
-    # epoch would write 60 of them in a 300-step run.
-    bindings.append(f"bertexp.experiment.checkpoint_interval_steps={steps}")
+    bindings.append(mf.ONE_CHECKPOINT)        # an epoch is 5 steps here
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"],
         dict(params, MODEL_DIR=runs[name], TRAIN_STEPS=steps,

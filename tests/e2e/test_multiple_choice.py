@@ -132,8 +132,8 @@ def _args(paths, model_dir, mode, **more):
                 TRAIN_BATCH_SIZE=8, EVAL_BATCH_SIZE=8, LEARNING_RATE=5e-3,
                 STEPS_PER_LOOP=120, SEED=1, **more)
   return mf.train_args([GIN_FILE, "runtime/cpu.gin"], params,
-                       ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0"],
-                       mode=mode)
+                       ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
+                        mf.ONE_CHECKPOINT], mode=mode)
 
 
 @pytest.fixture(scope="module")

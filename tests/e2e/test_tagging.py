@@ -320,7 +320,8 @@ def tagging_run(tmp_path_factory):
                 INPUT_META_DATA_PATH=f"{data}/ner_meta_data",
                 MODEL_DIR=f"{root}/run", TRAIN_STEPS=60, STEPS_PER_LOOP=60,
                 TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16, LEARNING_RATE=1e-2)
-  precision = ['bertexp.configure_numerics.precision="float32"']
+  precision = ['bertexp.configure_numerics.precision="float32"',
+               mf.ONE_CHECKPOINT]
   for mode in ("train_eval_predict", "export"):
     assert cli.main(mf.train_args(["experiments/demo/ner_zh_cpu.gin"], params,
                                   precision, mode=mode)) == 0

@@ -231,6 +231,10 @@ def copy_run(params, destination):
 # The shared classifier's training, float32: its probabilities spread over
 # a third of [0, 1] without saturating (at 1e-2 they did, and hid what int8
 # rounding changes).
+# A run that checkpoints at its end only (a tiny data set's epoch, the
+# default interval, is a few steps: a long run would write dozens), for
+# tests that check what training learns, not its checkpoints.
+ONE_CHECKPOINT = "bertexp.experiment.checkpoint_interval_steps=1000000000"
 SPREAD_TRAINING = {"TRAIN_STEPS": 60, "TRAIN_BATCH_SIZE": 16,
                    "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-3,
                    "EVAL_BATCH_SIZE": 16}
@@ -261,7 +265,7 @@ def trained_h64_classifier(shared_runs):
       assert cli.main(["train", f"--gin_file={DEMO_GIN}", f"--mode={mode}"] +
                       gin_params(params, **SPREAD_TRAINING) + [
                           "--gin_param=bertexp.configure_numerics.precision="
-                          "'float32'"]) == 0
+                          "'float32'", f"--gin_param={ONE_CHECKPOINT}"]) == 0
     gin.clear_config()
 
   folder = shared_run(shared_runs, "h64_classifier", build)

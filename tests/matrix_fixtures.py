@@ -23,6 +23,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 import forked_python
 from conftest import NEGATIVE, POSITIVE, REPO, TINY_CONFIG, TINY_VOCAB
+from conftest import ONE_CHECKPOINT  # noqa: F401  (the tests' mf.ONE_CHECKPOINT)
 
 # Strategy cells: extra bindings on top of an experiment's own runtime.
 STRATEGIES = {
@@ -32,10 +33,6 @@ STRATEGIES = {
                    "bertexp.make_strategy.cpu_replicas=2"],
 }
 TRAIN_STEPS = 3
-# A run that checkpoints at its end only (a tiny data set's epoch, the
-# default interval, is a few steps: a long run would write dozens), for
-# tests that check what training learns, not its checkpoints.
-ONE_CHECKPOINT = "bertexp.experiment.checkpoint_interval_steps=1000000000"
 # 3 AdamW steps at this rate move most kernels by ~1e-3, 100x the equality
 # tolerance (a spec may set its own rate); kernels with tiny gradients move
 # less and are compared relative to their movement (test_strategy_matrix).

@@ -12,7 +12,8 @@ import tf_keras
 from bertexp import cli
 from bertexp.tasks.classification import task as classification
 from bertexp.tasks.distillation import task as distillation
-from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, prepare_tiny_sst2_run
+from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+                      prepare_tiny_sst2_run)
 
 DEMO_DISTILL = "experiments/demo/movie_sentiment_distill_cpu.gin"
 
@@ -100,7 +101,8 @@ def _train(gin_file, paths, steps, extra=(), mode="train_and_eval",
           **{"bertexp.configure_numerics.precision": '"float32"',
              "bertexp.ClassificationTask.shuffle_buffer_size": 0}).items()]
   return cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
-                  bindings + [f"--gin_param={b}" for b in extra])
+                  bindings + [f"--gin_param={b}" for b in (ONE_CHECKPOINT,
+                                                           *extra)])
 
 
 def _student_task(teacher_run, config, **kwargs):

@@ -161,7 +161,8 @@ def long_runs(tmp_path_factory):
                   SEED=3)
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"], params,
-        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"'] +
+        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"',
+                   mf.ONE_CHECKPOINT] +
         # The equality runs read the file in order, as the strategy matrix.
         (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
          if name.startswith("short") else []) +

@@ -96,3 +96,23 @@ def test_a_killed_starters_forked_children_die_with_it():
   while _state(child) not in (None, "Z") and time.monotonic() < deadline:
     time.sleep(0.1)
   assert _state(child) in (None, "Z")
+
+
+def test_shutdown_ends_the_zygote_quietly():
+  """forked.shutdown (what `bertexp` runs before it exits) tells the zygote
+  to end, which it does by itself (exit status 0, not killed after a
+  timeout), and the thread reading its reports ends without an error."""
+  import sys
+  code = ("import time\n"
+          "from bertexp.util import forked\n"
+          "print(forked.run(['-c', 'print(7)'], preload=(), stdout=-1,"
+          " text=True).stdout.strip())\n"
+          "started = forked.zygote(())\n"
+          "forked.shutdown()\n"
+          "time.sleep(0.5)\n"
+          "print(started.process.returncode)\n")
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split() == ["7", "0"]
+  assert done.stderr == "", done.stderr

@@ -228,13 +228,14 @@ def copy_run(params, destination):
   return dict(params, MODEL_DIR=str(destination))
 
 
-# The shared classifier's training, float32: its probabilities spread over
-# a third of [0, 1] without saturating (at 1e-2 they did, and hid what int8
-# rounding changes).
 # A run that checkpoints at its end only (a tiny data set's epoch, the
 # default interval, is a few steps: a long run would write dozens), for
 # tests that check what training learns, not its checkpoints.
 ONE_CHECKPOINT = "bertexp.experiment.checkpoint_interval_steps=1000000000"
+
+# The shared classifier's training, float32: its probabilities spread over
+# a third of [0, 1] without saturating (at 1e-2 they did, and hid what int8
+# rounding changes).
 SPREAD_TRAINING = {"TRAIN_STEPS": 60, "TRAIN_BATCH_SIZE": 16,
                    "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-3,
                    "EVAL_BATCH_SIZE": 16}

@@ -23,7 +23,6 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 import forked_python
 from conftest import NEGATIVE, POSITIVE, REPO, TINY_CONFIG, TINY_VOCAB
-from conftest import ONE_CHECKPOINT  # noqa: F401  (the tests' mf.ONE_CHECKPOINT)
 
 # Strategy cells: extra bindings on top of an experiment's own runtime.
 STRATEGIES = {

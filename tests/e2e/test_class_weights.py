@@ -15,7 +15,8 @@ from bertexp.data import prepare
 from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.tasks.classification import task as classification
 from bertexp.train import trainer
-from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, TINY_VOCAB
+from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+                      TINY_VOCAB)
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -155,7 +156,7 @@ def imbalanced_runs(tmp_path_factory):
     # are all positive and all negative (unequal weight sums per replica).
     order = (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
              if name.startswith("short") else [])
-    bindings.append(mf.ONE_CHECKPOINT)        # an epoch is 5 steps here
+    bindings.append(ONE_CHECKPOINT)        # an epoch is 5 steps here
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"],
         dict(params, MODEL_DIR=runs[name], TRAIN_STEPS=steps,

@@ -15,7 +15,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import prepare
 from bertexp.tasks.classification import task as classification
-from conftest import ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
+from conftest import ONE_CHECKPOINT, ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -162,7 +162,7 @@ def long_runs(tmp_path_factory):
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"], params,
         FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"',
-                   mf.ONE_CHECKPOINT] +
+                   ONE_CHECKPOINT] +
         # The equality runs read the file in order, as the strategy matrix.
         (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
          if name.startswith("short") else []) +

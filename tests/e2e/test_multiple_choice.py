@@ -14,7 +14,8 @@ import requests
 import bertexp
 from bertexp import cli
 import matrix_fixtures as mf
-from conftest import NEGATIVE, POSITIVE, TINY_CONFIG, TINY_VOCAB, start_server
+from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+                      TINY_VOCAB, start_server)
 
 GIN_FILE = "gin/tasks/multiple_choice.gin"
 CHOICES = 3
@@ -133,7 +134,7 @@ def _args(paths, model_dir, mode, **more):
                 STEPS_PER_LOOP=120, SEED=1, **more)
   return mf.train_args([GIN_FILE, "runtime/cpu.gin"], params,
                        ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
-                        mf.ONE_CHECKPOINT], mode=mode)
+                        ONE_CHECKPOINT], mode=mode)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from bertexp.tasks.tagging import formats as tagging_formats
 from bertexp.tasks.tagging import metrics as tagging_metrics
 from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.tasks.tagging import task as tagging_task
-from conftest import TINY_CONFIG, TINY_VOCAB
+from conftest import ONE_CHECKPOINT, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 
@@ -321,7 +321,7 @@ def tagging_run(tmp_path_factory):
                 MODEL_DIR=f"{root}/run", TRAIN_STEPS=60, STEPS_PER_LOOP=60,
                 TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16, LEARNING_RATE=1e-2)
   precision = ['bertexp.configure_numerics.precision="float32"',
-               mf.ONE_CHECKPOINT]
+               ONE_CHECKPOINT]
   for mode in ("train_eval_predict", "export"):
     assert cli.main(mf.train_args(["experiments/demo/ner_zh_cpu.gin"], params,
                                   precision, mode=mode)) == 0

@@ -12,9 +12,8 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
-from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
+from conftest import (ONE_CHECKPOINT, REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
                       prepare_tiny_sst2_run, start_server)
-import matrix_fixtures as mf
 
 GIN_FILE = os.path.join(TESTS, "plugins", "mean_pooled.gin")
 
@@ -36,7 +35,7 @@ def plugin_run(tmp_path_factory):
       "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=8",
       "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=5e-3",
       "--gin_param=STEPS_PER_LOOP=20", "--gin_param=SEED=1",
-      f"--gin_param={mf.ONE_CHECKPOINT}"]
+      f"--gin_param={ONE_CHECKPOINT}"]
   for mode in ("train_and_eval", "predict", "export"):
     assert cli.main(["train", f"--gin_file={GIN_FILE}", f"--mode={mode}"] +
                     params) == 0, mode

@@ -109,29 +109,67 @@ class AdamW(tf_keras.optimizers.Adam):
     self.decoupled_weight_decay = weight_decay
     self.layer_decay = layer_decay
     self._rates = {}
+    self._shared_scalars = {}
 
   def build(self, var_list):
     super().build(var_list)
     if self.layer_decay is not None:
       self._rates = layer_rates(var_list, self.layer_decay)
 
+  def apply_gradients(self, grads_and_vars, name=None,
+                      skip_gradients_aggregation=False, **kwargs):
+    """Keras' apply_gradients, the scalars every variable's update shares
+    (learning rate, β powers at this step, ...) built once per call, not
+    once per variable: a traced step has ~10 fewer ops per variable.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs.
+      name: the name scope (Keras' default when None).
+      skip_gradients_aggregation: True when the caller summed the gradients
+        across replicas itself.
+      **kwargs: passed on to Keras.
+
+    Returns:
+      The iterations variable, as Keras returns it.
+    """
+    self._shared_scalars = {}
+    try:
+      return super().apply_gradients(
+          grads_and_vars, name=name,
+          skip_gradients_aggregation=skip_gradients_aggregation, **kwargs)
+    finally:
+      self._shared_scalars = {}
+
+  def _scalars(self, dtype):
+    """{name: scalar tensor of `dtype`} of this update, made at the first
+    variable's update of an apply_gradients call and reused by the others
+    (one graph: apply_gradients' own)."""
+    if dtype not in self._shared_scalars:
+      step = tf.cast(self.iterations + 1, dtype)
+      beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+      self._shared_scalars[dtype] = dict(
+          lr=tf.cast(self.learning_rate, dtype),
+          weight_decay=tf.cast(self.decoupled_weight_decay or 0.0, dtype),
+          beta1=beta_1, beta2=beta_2, beta1_power=tf.pow(beta_1, step),
+          beta2_power=tf.pow(beta_2, step),
+          epsilon=tf.cast(self.epsilon, dtype))
+    return self._shared_scalars[dtype]
+
   def update_step(self, gradient, variable):
-    dtype = variable.dtype
-    lr = tf.cast(self.learning_rate, dtype) * self._rates.get(variable.name,
-                                                              1.0)
+    scalars = self._scalars(variable.dtype)
+    lr = scalars["lr"]
+    rate = self._rates.get(variable.name, 1.0)
+    if rate != 1.0:
+      lr = lr * rate
     if self.decoupled_weight_decay and not is_excluded(variable):
-      variable.assign_sub(variable * tf.cast(self.decoupled_weight_decay,
-                                             dtype) * lr)
-    step = tf.cast(self.iterations + 1, dtype)
-    beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+      variable.assign_sub(variable * scalars["weight_decay"] * lr)
     index = self._index_dict[self._var_key(variable)]
     tf.raw_ops.ResourceApplyAdam(
         var=variable.handle, m=self._momentums[index].handle,
         v=self._velocities[index].handle,
-        beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
-        lr=lr, beta1=beta_1, beta2=beta_2,
-        epsilon=tf.cast(self.epsilon, dtype),
-        grad=tf.convert_to_tensor(gradient))
+        beta1_power=scalars["beta1_power"], beta2_power=scalars["beta2_power"],
+        lr=lr, beta1=scalars["beta1"], beta2=scalars["beta2"],
+        epsilon=scalars["epsilon"], grad=tf.convert_to_tensor(gradient))
 
   def get_config(self):
     config = super().get_config()

@@ -319,32 +319,33 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
 
   def _train_loop(self, iterator, num_steps):
     """Up to `num_steps` train steps as one while loop; returns True when a
-    stop request ended it early. Explicit control flow: the loop is traced
-    with autograph off (converting the trainer, model and task code took
-    about 4 CPU-seconds at every start)."""
+    stop request ended it early. Whether to stop is decided before the loop
+    and after each step (on every worker alike: a stop request or a
+    divergence ends the loop before the next step), so the step is the
+    loop's body itself, not a branch: a cond around it made every traced
+    step capture each variable once more. Explicit control flow: the loop is
+    traced with autograph off (converting the trainer, model and task code
+    took about 4 CPU-seconds at every start)."""
+    def decide():
+      stopped = self._stop_requested_anywhere()
+      return stopped, tf.logical_or(stopped, self._diverged())
+
     def keep_going(i, stopped, done):
       del stopped  # the value to return
       return tf.logical_and(i < tf.cast(num_steps, tf.int32),
                             tf.logical_not(done))
 
-    def step(i):
+    def body(i, stopped, done):
+      del stopped, done  # decided afresh after the step
       self.train_step(iterator)
       # Training runs (after the long first wait for graphs): said once.
       tf.cond(tf.logical_and(tf.equal(i, 0),
                              tf.logical_not(self._announced)),
               self._announce, _false)
-      return tf.constant(True)
-
-    def body(i, stopped, done):
-      del stopped, done  # decided afresh before each step
-      stopped = self._stop_requested_anywhere()
-      done = tf.logical_or(stopped, self._diverged())
-      tf.cond(done, _false, lambda: step(i))
-      return i + 1, stopped, done
+      return (i + 1,) + decide()
 
     _, stopped, _ = tf.while_loop(
-        keep_going, body,
-        (tf.constant(0), tf.constant(False), tf.constant(False)))
+        keep_going, body, (tf.constant(0),) + decide())
     return stopped
 
   def train_loop_begin(self):

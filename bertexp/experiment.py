@@ -28,9 +28,10 @@ orbit = orbit_import.orbit
 @dataclasses.dataclass
 class Schedule:
   """Step counts derived from the data, as Model Garden's run_classifier."""
-  steps_per_epoch: int       # steps between evaluations
+  steps_per_epoch: int       # an epoch's (1 / NUM_EVAL_PER_EPOCH's) steps
   total_steps: int
   warmup_steps: int
+  eval_interval_steps: int   # steps between evaluations
 
 
 def _check_positive(**values):
@@ -42,13 +43,23 @@ def _check_positive(**values):
 
 def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
                     num_eval_per_epoch=1, warmup_fraction=0.1,
-                    train_steps=None, warmup_steps=None):
+                    train_steps=None, warmup_steps=None,
+                    eval_interval_steps=None):
   """run_classifier: an "epoch" is 1/num_eval_per_epoch of the data;
   steps_per_epoch = int(size_per_epoch / batch);
   warmup = int(epochs * size_per_epoch * 0.1 / batch), or `warmup_steps`
-  when given (at most the total steps)."""
+  when given (at most the total steps); an evaluation every epoch, or every
+  `eval_interval_steps` when given.
+
+  Returns:
+    The Schedule.
+  Raises:
+    ValueError: a value out of range, named by its macro.
+  """
   _check_positive(TRAIN_BATCH_SIZE=train_batch_size,
                   NUM_EVAL_PER_EPOCH=num_eval_per_epoch)
+  if eval_interval_steps is not None:
+    _check_positive(EVAL_INTERVAL_STEPS=eval_interval_steps)
   if train_steps is not None:
     _check_positive(TRAIN_STEPS=train_steps)
   if warmup_steps is not None and (isinstance(warmup_steps, bool) or
@@ -74,7 +85,9 @@ def derive_schedule(train_data_size, train_batch_size, num_train_epochs,
     warmup = int(train_steps * warmup_fraction)
   if warmup_steps is not None:
     warmup = min(warmup_steps, total)
-  return Schedule(max(steps_per_epoch, 1), total, warmup)
+  steps_per_epoch = max(steps_per_epoch, 1)
+  return Schedule(steps_per_epoch, total, warmup,
+                  eval_interval_steps or steps_per_epoch)
 
 
 def worker_model_dir(strategy, model_dir):
@@ -149,7 +162,8 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   derived = derive_schedule(
       task.num_train_examples(), sched.train_batch_size,
       sched.num_train_epochs, sched.num_eval_per_epoch, sched.warmup_fraction,
-      sched.train_steps, sched.warmup_steps) if modes.derives_schedule(
+      sched.train_steps, sched.warmup_steps,
+      sched.eval_interval_steps) if modes.derives_schedule(
           mode) else None
   if mode == "train_eval_predict" and not task.predict_splits():
     raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
@@ -246,7 +260,7 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
                 global_batch_size=train_batch_size,
                 train_data_size=task.num_train_examples(), seed=seed)
   print(f"schedule: {schedule.total_steps} steps of {train_batch_size} "
-        f"examples ({schedule.steps_per_epoch} per evaluation, warmup "
+        f"examples ({schedule.eval_interval_steps} per evaluation, warmup "
         f"{schedule.warmup_steps})", flush=True)
   print("\n".join(lines), flush=True)
   return result

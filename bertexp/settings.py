@@ -29,6 +29,11 @@ class ScheduleSettings:
     train_steps: optimizer steps, overriding num_train_epochs (None: from
       the epochs).
     num_eval_per_epoch: evaluations (and checkpoint intervals) per epoch.
+    eval_interval_steps: train steps between evaluations (and, unless
+      CheckpointSettings says otherwise, checkpoints), instead of an epoch's
+      share (None: num_eval_per_epoch decides). Hugging Face's --eval_steps,
+      Model Garden's validation_interval: for a run whose epochs are
+      seconds apart, or hours.
     warmup_fraction: share of the steps the learning rate warms up over.
     warmup_steps: steps the learning rate warms up over, instead of
       warmup_fraction (None: from the fraction). Hugging Face's
@@ -43,6 +48,7 @@ class ScheduleSettings:
   num_train_epochs: float = 3
   train_steps: Optional[int] = None
   num_eval_per_epoch: int = 1
+  eval_interval_steps: Optional[int] = None
   warmup_fraction: float = 0.1
   warmup_steps: Optional[int] = None
   steps_per_loop: int = 1000
@@ -96,7 +102,8 @@ class CheckpointSettings:
       newest intact checkpoint; a folder resolves through
       best_checkpoint.json).
     checkpoint_interval_steps: steps between checkpoints (None: one
-      evaluation interval).
+      evaluation interval: ScheduleSettings.eval_interval_steps or an
+      epoch's share).
     max_checkpoints: checkpoints kept.
     best_metric, best_mode: what MODEL_DIR/best_checkpoint/ keeps during
       train_and_eval (default: the task's selection metric; "max" or

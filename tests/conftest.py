@@ -228,17 +228,15 @@ def copy_run(params, destination):
   return dict(params, MODEL_DIR=str(destination))
 
 
-# A run that checkpoints at its end only (a tiny data set's epoch, the
-# default interval, is a few steps: a long run would write dozens), for
-# tests that check what training learns, not its checkpoints.
-ONE_CHECKPOINT = "bertexp.experiment.checkpoint_interval_steps=1000000000"
-
 # The shared classifier's training, float32: its probabilities spread over
 # a third of [0, 1] without saturating (at 1e-2 they did, and hid what int8
-# rounding changes).
+# rounding changes). Tests that check what a run learns, not its
+# evaluations, bind EVAL_INTERVAL_STEPS to their step count: a tiny data
+# set's epoch (the default interval of evaluations and checkpoints) is a
+# few steps, and a long run would evaluate and checkpoint dozens of times.
 SPREAD_TRAINING = {"TRAIN_STEPS": 60, "TRAIN_BATCH_SIZE": 16,
-                   "STEPS_PER_LOOP": 60, "LEARNING_RATE": 1e-3,
-                   "EVAL_BATCH_SIZE": 16}
+                   "STEPS_PER_LOOP": 60, "EVAL_INTERVAL_STEPS": 60,
+                   "LEARNING_RATE": 1e-3, "EVAL_BATCH_SIZE": 16}
 
 
 @pytest.fixture(scope="session")
@@ -266,7 +264,7 @@ def trained_h64_classifier(shared_runs):
       assert cli.main(["train", f"--gin_file={DEMO_GIN}", f"--mode={mode}"] +
                       gin_params(params, **SPREAD_TRAINING) + [
                           "--gin_param=bertexp.configure_numerics.precision="
-                          "'float32'", f"--gin_param={ONE_CHECKPOINT}"]) == 0
+                          "'float32'"]) == 0
     gin.clear_config()
 
   folder = shared_run(shared_runs, "h64_classifier", build)

@@ -231,7 +231,7 @@ def _print_plan(sweep, trials):
             f"{row['unavailable']})", flush=True)
       continue
     print(f"  {row['trial']}: global batch {row['global_batch_size']}, "
-          f"{row['total_steps']} steps ({row['steps_per_epoch']} per "
+          f"{row['total_steps']} steps ({row['eval_interval_steps']} per "
           f"evaluation), warmup {row['warmup_steps']}", flush=True)
 
 

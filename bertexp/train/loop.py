@@ -363,7 +363,7 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
                              early=True)
   manager = _checkpoint_manager(
       model, optimizer, state, model_dir, loop.max_checkpoints,
-      loop.checkpoint_interval_steps or schedule.steps_per_epoch)
+      loop.checkpoint_interval_steps or schedule.eval_interval_steps)
   initialisation = _start_weights(
       model, optimizer, model_dir, resume_from, loop.init_checkpoint,
       loop.init_optimizer_state, task.initialisation())
@@ -443,7 +443,7 @@ def _loops(mode, controller, schedule, eval_steps):
   if mode == "train_and_eval":
     return lambda: controller.train_and_evaluate(
         train_steps=schedule.total_steps, eval_steps=eval_steps,
-        eval_interval=schedule.steps_per_epoch)
+        eval_interval=schedule.eval_interval_steps)
   return lambda: controller.train(steps=schedule.total_steps)
 
 

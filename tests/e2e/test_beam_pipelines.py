@@ -40,8 +40,8 @@ def corpus(tmp_path_factory):
   folder = tmp_path_factory.mktemp("corpus")
   people = [line for line in demo_data.people_daily_lines() if line.strip()]
   people = ["".join(token.rsplit("/", 1)[0] for token in line.split())
-            for line in people[:1200]]
-  reviews = [text for text, _ in demo_data.read_movie_reviews()][:1500]
+            for line in people[:600]]
+  reviews = [text for text, _ in demo_data.read_movie_reviews()][:750]
 
   def write(name, lines, per_document):
     documents = [lines[i:i + per_document] for i in range(0, len(lines), per_document)]
@@ -49,7 +49,7 @@ def corpus(tmp_path_factory):
                                encoding="utf-8")
   write("a_people_daily.txt", people, 9)
   write("b_reviews.txt", reviews, 12)
-  write("c_mixed.txt", people[:100] + reviews[:100], 7)
+  write("c_mixed.txt", people[:50] + reviews[:50], 7)
   return folder
 
 

@@ -15,7 +15,7 @@ from bertexp.data import prepare
 from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.tasks.classification import task as classification
 from bertexp.train import trainer
-from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+from conftest import (NEGATIVE, POSITIVE, TINY_CONFIG,
                       TINY_VOCAB)
 import matrix_fixtures as mf
 
@@ -156,11 +156,11 @@ def imbalanced_runs(tmp_path_factory):
     # are all positive and all negative (unequal weight sums per replica).
     order = (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
              if name.startswith("short") else [])
-    bindings.append(ONE_CHECKPOINT)        # an epoch is 5 steps here
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"],
         dict(params, MODEL_DIR=runs[name], TRAIN_STEPS=steps,
-             STEPS_PER_LOOP=steps, GRADIENT_ACCUMULATION_STEPS=accumulation),
+             STEPS_PER_LOOP=steps, EVAL_INTERVAL_STEPS=steps,
+             GRADIENT_ACCUMULATION_STEPS=accumulation),
         extra + bindings + order + mf.STRATEGIES[strategy],
         mode="train_eval_predict")) == 0
   return runs

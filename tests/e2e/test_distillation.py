@@ -12,7 +12,7 @@ import tf_keras
 from bertexp import cli
 from bertexp.tasks.classification import task as classification
 from bertexp.tasks.distillation import task as distillation
-from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+from conftest import (NEGATIVE, POSITIVE, TINY_CONFIG,
                       prepare_tiny_sst2_run)
 
 DEMO_DISTILL = "experiments/demo/movie_sentiment_distill_cpu.gin"
@@ -97,12 +97,12 @@ def _train(gin_file, paths, steps, extra=(), mode="train_and_eval",
   bindings = [f'--gin_param={k}="{v}"' for k, v in paths.items()] + [
       f"--gin_param={k}={v}" for k, v in dict(
           TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16, TRAIN_STEPS=steps,
-          STEPS_PER_LOOP=steps, LEARNING_RATE=learning_rate, SEED=1,
+          STEPS_PER_LOOP=steps, EVAL_INTERVAL_STEPS=steps,
+          LEARNING_RATE=learning_rate, SEED=1,
           **{"bertexp.configure_numerics.precision": '"float32"',
              "bertexp.ClassificationTask.shuffle_buffer_size": 0}).items()]
   return cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
-                  bindings + [f"--gin_param={b}" for b in (ONE_CHECKPOINT,
-                                                           *extra)])
+                  bindings + [f"--gin_param={b}" for b in extra])
 
 
 def _student_task(teacher_run, config, **kwargs):

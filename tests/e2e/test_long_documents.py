@@ -15,7 +15,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.data import prepare
 from bertexp.tasks.classification import task as classification
-from conftest import ONE_CHECKPOINT, ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
+from conftest import ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -157,12 +157,12 @@ def long_runs(tmp_path_factory):
                   TEST_DATA_PATH=f"{root}/{data}/long_test.tf_record",
                   INPUT_META_DATA_PATH=f"{root}/{data}/long_meta_data",
                   MODEL_DIR=runs[name], TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16,
-                  TRAIN_STEPS=steps, STEPS_PER_LOOP=steps, LEARNING_RATE=3e-3,
+                  TRAIN_STEPS=steps, STEPS_PER_LOOP=steps,
+                  EVAL_INTERVAL_STEPS=steps, LEARNING_RATE=3e-3,
                   SEED=3)
     assert cli.main(mf.train_args(
         ["experiments/demo/movie_sentiment_cpu.gin"], params,
-        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"',
-                   ONE_CHECKPOINT] +
+        FLOAT32 + ['bertexp.ClassificationTask.window_pooling="max"'] +
         # The equality runs read the file in order, as the strategy matrix.
         (["bertexp.ClassificationTask.shuffle_buffer_size=0"]
          if name.startswith("short") else []) +

@@ -14,7 +14,7 @@ import requests
 import bertexp
 from bertexp import cli
 import matrix_fixtures as mf
-from conftest import (NEGATIVE, ONE_CHECKPOINT, POSITIVE, TINY_CONFIG,
+from conftest import (NEGATIVE, POSITIVE, TINY_CONFIG,
                       TINY_VOCAB, start_server)
 
 GIN_FILE = "gin/tasks/multiple_choice.gin"
@@ -131,10 +131,10 @@ def test_bad_multiple_choice_files_are_one_line_errors(tmp_path, tiny_vocab,
 def _args(paths, model_dir, mode, **more):
   params = dict(paths, MODEL_DIR=model_dir, TRAIN_STEPS=240,
                 TRAIN_BATCH_SIZE=8, EVAL_BATCH_SIZE=8, LEARNING_RATE=5e-3,
-                STEPS_PER_LOOP=120, SEED=1, **more)
+                STEPS_PER_LOOP=120, EVAL_INTERVAL_STEPS=240, SEED=1, **more)
   return mf.train_args([GIN_FILE, "runtime/cpu.gin"], params,
-                       ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
-                        ONE_CHECKPOINT], mode=mode)
+                       ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0"],
+                       mode=mode)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from bertexp.tasks.tagging import formats as tagging_formats
 from bertexp.tasks.tagging import metrics as tagging_metrics
 from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.tasks.tagging import task as tagging_task
-from conftest import ONE_CHECKPOINT, TINY_CONFIG, TINY_VOCAB
+from conftest import TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf
 
 
@@ -319,9 +319,9 @@ def tagging_run(tmp_path_factory):
                 TEST_DATA_PATH=f"{data}/ner_test.tf_record",
                 INPUT_META_DATA_PATH=f"{data}/ner_meta_data",
                 MODEL_DIR=f"{root}/run", TRAIN_STEPS=60, STEPS_PER_LOOP=60,
+                EVAL_INTERVAL_STEPS=60,
                 TRAIN_BATCH_SIZE=16, EVAL_BATCH_SIZE=16, LEARNING_RATE=1e-2)
-  precision = ['bertexp.configure_numerics.precision="float32"',
-               ONE_CHECKPOINT]
+  precision = ['bertexp.configure_numerics.precision="float32"']
   for mode in ("train_eval_predict", "export"):
     assert cli.main(mf.train_args(["experiments/demo/ner_zh_cpu.gin"], params,
                                   precision, mode=mode)) == 0

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
-from conftest import (ONE_CHECKPOINT, REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
+from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
                       prepare_tiny_sst2_run, start_server)
 
 GIN_FILE = os.path.join(TESTS, "plugins", "mean_pooled.gin")
@@ -34,8 +34,8 @@ def plugin_run(tmp_path_factory):
   params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
       "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=8",
       "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=5e-3",
-      "--gin_param=STEPS_PER_LOOP=20", "--gin_param=SEED=1",
-      f"--gin_param={ONE_CHECKPOINT}"]
+      "--gin_param=STEPS_PER_LOOP=20", "--gin_param=EVAL_INTERVAL_STEPS=60",
+      "--gin_param=SEED=1"]
   for mode in ("train_and_eval", "predict", "export"):
     assert cli.main(["train", f"--gin_file={GIN_FILE}", f"--mode={mode}"] +
                     params) == 0, mode

@@ -154,6 +154,35 @@ def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
   assert _read_json(f"{moved}/eval_results.json")["checkpoint"].startswith(moved)
 
 
+def _eval_and_checkpoint_steps(model_dir):
+  """([steps metrics.csv has evaluation rows for], [checkpoint steps])."""
+  import csv
+  with open(f"{model_dir}/metrics.csv") as f:
+    evaluated = sorted({int(r["step"]) for r in csv.DictReader(f)
+                        if r["split"] == "eval"})
+  checkpoints = sorted(int(p.split("ckpt-")[1].split(".")[0]) for p in
+                       tf.io.gfile.glob(f"{model_dir}/ckpt-*.index"))
+  return evaluated, checkpoints
+
+
+def test_eval_interval_steps_sets_when_a_run_evaluates_and_checkpoints(
+    tiny_run, capsys):
+  """64 examples in batches of 8: an epoch is 8 steps, so 10 steps evaluate
+  at 8 and 10; with EVAL_INTERVAL_STEPS=3 at 3, 6, 9 and 10, and the
+  checkpoints (their default interval is the evaluation's; TensorFlow's
+  CheckpointManager writes the first loop's, then one once the interval
+  has passed, and the last) follow."""
+  _train(tiny_run, mode="plan", TRAIN_STEPS=10, EVAL_INTERVAL_STEPS=3)
+  assert "10 steps of 8 examples (3 per evaluation" in capsys.readouterr().out
+  _train(tiny_run, TRAIN_STEPS=10, EVAL_INTERVAL_STEPS=3)
+  assert _eval_and_checkpoint_steps(tiny_run["MODEL_DIR"]) == (
+      [3, 6, 9, 10], [1, 4, 7, 10])
+  every_epoch = dict(tiny_run, MODEL_DIR=tiny_run["MODEL_DIR"] + "_epochs")
+  _train(every_epoch, TRAIN_STEPS=10)
+  assert _eval_and_checkpoint_steps(every_epoch["MODEL_DIR"]) == (
+      [8, 10], [1, 9, 10])
+
+
 def _check_serve_text_in_fresh_process(export_dir, predicted_rows):
   """Raw sentences -> the exported serve_text signature, in a new Python that
   imports no bertexp: same probabilities as --mode=predict."""

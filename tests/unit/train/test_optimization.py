@@ -26,14 +26,27 @@ def test_schedule_at_chosen_steps():
 def test_derive_schedule_as_run_classifier():
   # MRPC: 3668 examples, batch 32, 3 epochs.
   s = experiment.derive_schedule(3668, 32, 3)
-  assert (s.steps_per_epoch, s.total_steps, s.warmup_steps) == (114, 342, 34)
+  assert (s.steps_per_epoch, s.total_steps, s.warmup_steps,
+          s.eval_interval_steps) == (114, 342, 34, 114)
   # num_eval_per_epoch=2: "epochs" double, each covers half the data.
   s = experiment.derive_schedule(3668, 32, 3, num_eval_per_epoch=2)
-  assert (s.steps_per_epoch, s.total_steps, s.warmup_steps) == (57, 342, 34)
+  assert (s.steps_per_epoch, s.total_steps, s.warmup_steps,
+          s.eval_interval_steps) == (57, 342, 34, 57)
   s = experiment.derive_schedule(3668, 32, 3, train_steps=10)
   assert (s.total_steps, s.warmup_steps) == (10, 1)
   with pytest.raises(ValueError, match="smaller than one batch"):
     experiment.derive_schedule(10, 32, 3)
+
+
+def test_eval_interval_steps_replace_the_epochs_interval_only():
+  """EVAL_INTERVAL_STEPS (Hugging Face's --eval_steps): evaluations every
+  that many steps; the steps, warmup and epoch are what the data make."""
+  s = experiment.derive_schedule(3668, 32, 3, eval_interval_steps=50)
+  assert (s.steps_per_epoch, s.total_steps, s.warmup_steps,
+          s.eval_interval_steps) == (114, 342, 34, 50)
+  for bad in (0, -5, 2.5, True):
+    with pytest.raises(ValueError, match="EVAL_INTERVAL_STEPS="):
+      experiment.derive_schedule(3668, 32, 3, eval_interval_steps=bad)
 
 
 def test_warmup_steps_replace_the_warmup_fraction():

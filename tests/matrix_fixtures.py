@@ -394,11 +394,13 @@ def assert_same_metrics(ours, reference):
       # magnify 1e-6 noise (reduction order across replicas, XLA's fusions,
       # thread counts) into 1e-4 and more (seen on 8 XLA replicas); ranks
       # of predictions closer than that noise swap, and each swap of two
-      # neighbours moves Spearman by 12 / (n^3 - n) (0.0025 for the 17
-      # regression examples; 0.0088 seen on 2 XLA replicas with one
-      # TensorFlow thread). The regression outputs themselves are held to
-      # rel 1e-4 through "mse" and "loss" below.
-      tolerance = 1e-2 if name.endswith("spearman") else 2e-3
+      # neighbours moves Spearman by 12 / (n^3 - n) (0.0029 for the 16
+      # regression examples; seen on 2 XLA replicas with one TensorFlow
+      # thread: 0.0088, and 0.016 in one make test of three on an AMD EPYC,
+      # the MSE equal to 7 digits). The regression outputs themselves are
+      # held to rel 1e-4 through "mse" and "loss" below, and Pearson to
+      # 2e-3; Spearman is allowed 14 such swaps.
+      tolerance = 0.04 if name.endswith("spearman") else 2e-3
       assert value == pytest.approx(reference[name], abs=tolerance), name
     else:
       assert value == pytest.approx(reference[name], rel=1e-4, abs=1e-5), name

@@ -319,13 +319,14 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
 
   def _train_loop(self, iterator, num_steps):
     """Up to `num_steps` train steps as one while loop; returns True when a
-    stop request ended it early. Whether to stop is decided before the loop
-    and after each step (on every worker alike: a stop request or a
-    divergence ends the loop before the next step), so the step is the
-    loop's body itself, not a branch: a cond around it made every traced
-    step capture each variable once more. Explicit control flow: the loop is
-    traced with autograph off (converting the trainer, model and task code
-    took about 4 CPU-seconds at every start)."""
+    stop request ended it early (one that came during its last step is the
+    next loop's, or the evaluation's, to see). Whether to stop is decided
+    before the loop and after each step (on every worker alike: a stop
+    request or a divergence ends the loop before the next step), so the step
+    is the loop's body itself, not a branch: a cond around it made every
+    traced step capture each variable once more. Explicit control flow: the
+    loop is traced with autograph off (converting the trainer, model and
+    task code took about 4 CPU-seconds at every start)."""
     def decide():
       stopped = self._stop_requested_anywhere()
       return stopped, tf.logical_or(stopped, self._diverged())
@@ -344,9 +345,9 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
               self._announce, _false)
       return (i + 1,) + decide()
 
-    _, stopped, _ = tf.while_loop(
+    steps, stopped, _ = tf.while_loop(
         keep_going, body, (tf.constant(0),) + decide())
-    return stopped
+    return tf.logical_and(stopped, steps < tf.cast(num_steps, tf.int32))
 
   def train_loop_begin(self):
     for metric in [self.train_loss, self.gradient_norm] + self.train_metrics:

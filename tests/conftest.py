@@ -75,10 +75,9 @@ def pytest_collection_modifyitems(items):
 
 def pytest_collection_finish(session):
   """The modules the test files imported (TensorFlow's millions of objects)
-  out of the garbage collector's reach, as bertexp.util.forked does for its
-  children: each full collection during the tests walked them all (half
-  the collector's time, 6 -> 3 CPU-s over test_train.py and
-  test_class_weights.py)."""
+  out of the garbage collector's reach: each full collection during the
+  tests walked them all (half the collector's time, 6 -> 3 CPU-s over
+  test_train.py and test_class_weights.py)."""
   del session
   import gc
   gc.freeze()

@@ -37,15 +37,6 @@ def test_environment_folder_arguments_streams_and_exit_code(tmp_path,
   assert report["pid"] not in (os.getpid(), forked_python.zygote().process.pid)
 
 
-def test_the_imported_modules_are_out_of_the_garbage_collectors_reach():
-  """The preloaded modules' objects are frozen (gc.freeze) before the fork:
-  a child's collections do not walk, and so copy, the zygote's heap."""
-  done = forked_python.run(
-      ["-c", "import gc; print(gc.get_freeze_count())"], text=True,
-      stdout=subprocess.PIPE)
-  assert done.returncode == 0 and int(done.stdout) > 100_000
-
-
 @pytest.mark.parametrize("signum,code", [(signal.SIGKILL, -signal.SIGKILL),
                                          (signal.SIGTERM, -signal.SIGTERM),
                                          (signal.SIGINT, -signal.SIGINT)])

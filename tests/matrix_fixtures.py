@@ -372,6 +372,14 @@ def summary(model_dir):
     return json.load(f)
 
 
+def evaluated_steps(model_dir):
+  """The steps MODEL_DIR/metrics.csv has evaluation rows for, in order."""
+  import csv
+  with open(os.path.join(model_dir, "metrics.csv")) as f:
+    return sorted({int(r["step"]) for r in csv.DictReader(f)
+                   if r["split"] == "eval"})
+
+
 # -- equality of two runs (the "= reference" rules of docs/strategies.md) --
 COUNTS = ("num_examples", "exact_match", "accuracy", "mlm_accuracy",
           "nsp_accuracy", "HasAns_exact", "NoAns_exact")

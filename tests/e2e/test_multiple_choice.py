@@ -205,9 +205,10 @@ def test_multiple_choice_on_two_replicas_and_two_workers_equals_one(
   file, built from matrix_fixtures' helpers): 2 mirrored CPU replicas and 2
   MultiWorkerMirrored workers on localhost, over the same global batch,
   give the one-replica weights, loss, gradient norm and metrics (the
-  matrix's 3 steps at 1e-3)."""
+  matrix's 3 steps at 1e-3), each evaluating every EVAL_INTERVAL_STEPS=2
+  steps (at 2 and 3; an epoch is 12)."""
   paths, _ = mc_data
-  spec = {"gin_file": GIN_FILE, "params": dict(paths),
+  spec = {"gin_file": GIN_FILE, "params": dict(paths, EVAL_INTERVAL_STEPS=2),
           "order": ["bertexp.MultipleChoiceTask.shuffle_buffer_size=0",
                     "bertexp.MultipleChoiceTask.dropout_rate=0.0"]}
   runs = {}
@@ -226,3 +227,4 @@ def test_multiple_choice_on_two_replicas_and_two_workers_equals_one(
   for other in ("mirrored", "workers"):
     mf.assert_equal_runs(runs[other], runs["one"], paths["INIT_CHECKPOINT"],
                          gradient_norm_rtol=1e-4)
+  assert [mf.evaluated_steps(run) for run in runs.values()] == [[2, 3]] * 3

@@ -12,6 +12,7 @@ from bertexp import cli
 from bertexp.data import prepare
 from conftest import (DEMO_GIN, REPO, SPREAD_TRAINING, TINY_CONFIG, copy_run,
                       gin_params, prepare_tiny_sst2_run)
+import matrix_fixtures as mf
 
 
 def _params(paths, **more):
@@ -155,14 +156,10 @@ def test_train_eval_resume_predict_export(tiny_run, caplog, capsys, tmp_path):
 
 
 def _eval_and_checkpoint_steps(model_dir):
-  """([steps metrics.csv has evaluation rows for], [checkpoint steps])."""
-  import csv
-  with open(f"{model_dir}/metrics.csv") as f:
-    evaluated = sorted({int(r["step"]) for r in csv.DictReader(f)
-                        if r["split"] == "eval"})
+  """([steps evaluated], [checkpoint steps])."""
   checkpoints = sorted(int(p.split("ckpt-")[1].split(".")[0]) for p in
                        tf.io.gfile.glob(f"{model_dir}/ckpt-*.index"))
-  return evaluated, checkpoints
+  return mf.evaluated_steps(model_dir), checkpoints
 
 
 def test_eval_interval_steps_sets_when_a_run_evaluates_and_checkpoints(

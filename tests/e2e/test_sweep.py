@@ -252,7 +252,7 @@ def test_a_stopped_sweep_workers_trial_resumes_from_its_checkpoint_in_another(
   its last checkpoint: every trial done once."""
   STEPS = 400     # ~3 s of training: the stop lands in it
   args, out = sweep_setup
-  # Evaluations and checkpoints every 40 steps, not every 4-step epoch.
+  # Evaluations and checkpoints every 40 steps, not every 8-step epoch.
   args = [a for a in args if a != "--seeds=2"] + [
       "--seeds=1", "--heartbeat_seconds=1", f"--gin_param=TRAIN_STEPS={STEPS}",
       "--gin_param=STEPS_PER_LOOP=8", "--gin_param=EVAL_INTERVAL_STEPS=40"]

@@ -21,12 +21,17 @@ def test_window_starts(length, width, stride, want):
   assert windows.window_starts(length, width, stride) == want
 
 
+def _layouts(longest, widest):
+  """(length, width, stride, starts) of every sequence up to `longest`
+  pieces in windows up to `widest` wide, at every stride up to the width."""
+  for length, width, stride in itertools.product(
+      range(1, longest + 1), range(2, widest + 1), range(1, widest + 1)):
+    if stride <= width:
+      yield length, width, stride, windows.window_starts(length, width, stride)
+
+
 def test_windows_cover_every_piece_and_the_last_reaches_the_end():
-  for length, width, stride in itertools.product(range(1, 40), range(2, 10),
-                                                 range(1, 10)):
-    if stride > width:
-      continue
-    starts = windows.window_starts(length, width, stride)
+  for length, width, stride, starts in _layouts(39, 9):
     covered = {p for s in starts for p in range(s, min(s + width, length))}
     assert covered == set(range(length)), (length, width, stride)
     assert starts[-1] + width >= length
@@ -42,11 +47,7 @@ def _most_context(position, starts, width, length):
 
 
 def test_each_piece_is_owned_by_its_window_of_most_context():
-  for length, width, stride in itertools.product(range(1, 30), range(2, 9),
-                                                 range(1, 9)):
-    if stride > width:
-      continue
-    starts = windows.window_starts(length, width, stride)
+  for length, width, stride, starts in _layouts(29, 8):
     for position in range(length):
       assert windows.owning_window(position, starts, width, length) == (
           _most_context(position, starts, width, length)), (

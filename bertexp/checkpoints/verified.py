@@ -17,7 +17,6 @@ import logging
 import re
 import zlib
 
-import numpy as np
 import tensorflow as tf
 
 from bertexp.util import fileio
@@ -187,10 +186,9 @@ def prepare_model_dir(model_dir):
 
 
 def nonfinite_variables(variables):
-  """Names of the variables holding a NaN or an Inf (each read once, the
-  check in numpy: one TensorFlow op per variable, not three)."""
-  return [v.name for v in variables if v.dtype.is_floating and not
-          np.isfinite(v.numpy()).all()]
+  """Names of the variables holding a NaN or an Inf."""
+  return [v.name for v in variables if v.dtype.is_floating and not bool(
+      tf.reduce_all(tf.math.is_finite(v)))]
 
 
 class VerifiedCheckpointManager(tf.train.CheckpointManager):

@@ -14,11 +14,15 @@ the pytest process's user + system time over the test (every thread) and that
 of its child processes reaped during the test. A child's time lands on the test
 running when it ends, so file totals are exact, and a test that runs processes
 in the background (the strategy matrix's TPU-check cells) shares its children's
-time with its file's other tests.
+time with its file's other tests. Each line also says which test process ran
+the test and when it started; the report ends with the CPU-seconds of each
+minute of the run, where a minute far below 120 (2 cores) is one in which the
+cores idled.
 """
 import argparse
 import collections
 import json
+import math
 import os
 import resource
 import sys
@@ -56,7 +60,9 @@ def pytest_runtest_protocol(item, nextitem):
   with open(LOG, "a") as f:
     f.write(json.dumps({"test": item.nodeid, "own": own_after - own,
                         "children": children_after - children,
-                        "wall": time.time() - start}) + "\n")
+                        "wall": time.time() - start, "start": start,
+                        "worker": os.environ.get("PYTEST_XDIST_WORKER",
+                                                 "main")}) + "\n")
 
 
 def summarize(rows, top):
@@ -83,6 +89,28 @@ def summarize(rows, top):
   return lines
 
 
+def timeline(rows, step=60):
+  """Lines of CPU-seconds spent per `step` seconds of the run, by every
+  test process together (each test's CPU spread evenly over its wall time):
+  where the cores idled while tests waited. Rows without a start (older
+  logs) are left out."""
+  rows = [row for row in rows if "start" in row]
+  if not rows:
+    return []
+  begin = min(row["start"] for row in rows)
+  end = max(row["start"] + row["wall"] for row in rows)
+  bins = [0.0] * max(math.ceil((end - begin) / step), 1)
+  for row in rows:
+    first, last = row["start"] - begin, row["start"] - begin + row["wall"]
+    rate = (row["own"] + row["children"]) / max(row["wall"], 1e-9)
+    for index in range(int(first // step),
+                       min(int(last // step) + 1, len(bins))):
+      overlap = min(last, (index + 1) * step) - max(first, index * step)
+      bins[index] += rate * max(overlap, 0.0)
+  return ["", f"{'minute':>6} {'CPU s':>6}  (per {step} s of the run)"] + [
+      f"{index * step / 60:6.0f} {cpu:6.0f}" for index, cpu in enumerate(bins)]
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("log", nargs="?", default=LOG)
@@ -90,7 +118,7 @@ def main():
   args = parser.parse_args()
   with open(args.log) as f:
     rows = [json.loads(line) for line in f if line.strip()]
-  print("\n".join(summarize(rows, args.top)))
+  print("\n".join(summarize(rows, args.top) + timeline(rows)))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ def test_plugin_records_own_and_child_process_cpu_per_test(tmp_path):
   busy, idle = rows["test_child_burns_cpu"], rows["test_idle"]
   assert busy["children"] > 0.05 and idle["children"] == 0
   assert busy["wall"] > 0 and idle["own"] < 0.05
+  # Where and when each test ran, for the timeline: one after the other.
+  assert busy["worker"] == idle["worker"] == "main"
+  assert idle["start"] >= busy["start"] + busy["wall"]
 
 
 def test_report_sums_by_file_and_ranks_tests_by_cpu():
@@ -57,3 +60,15 @@ def test_report_sums_by_file_and_ranks_tests_by_cpu():
   assert files[1] == ["7", "40.6%", "7", "0", "2", "tests/b.py"]
   tests = [line.split()[-1] for line in lines[-2:]]
   assert tests == ["tests/a.py::one", "tests/b.py::two"]
+
+
+def test_timeline_spreads_each_tests_cpu_over_its_minutes():
+  rows = [{"test": "a", "own": 60.0, "children": 0.0, "wall": 120.0,
+           "start": 1000.0, "worker": "gw0"},
+          {"test": "b", "own": 1.0, "children": 29.0, "wall": 30.0,
+           "start": 1150.0, "worker": "gw1"},
+          {"test": "old", "own": 5.0, "children": 0.0, "wall": 5.0}]
+  lines = suite_cpu.timeline(rows)
+  assert [line.split() for line in lines[2:]] == [
+      ["0", "30"], ["1", "30"], ["2", "30"]]
+  assert suite_cpu.timeline(rows[2:]) == []

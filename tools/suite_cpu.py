@@ -48,6 +48,12 @@ def _cpu_seconds():
           (forked.children_cpu_seconds() if forked else 0.0))
 
 
+def _worker(config):
+  """The pytest-xdist worker running the tests ("gw0", ...), or "main"."""
+  workerinput = getattr(config, "workerinput", None)
+  return workerinput["workerid"] if workerinput else "main"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
   """pytest hook: records one test's CPU (setup, call and teardown)."""
@@ -61,8 +67,7 @@ def pytest_runtest_protocol(item, nextitem):
     f.write(json.dumps({"test": item.nodeid, "own": own_after - own,
                         "children": children_after - children,
                         "wall": time.time() - start, "start": start,
-                        "worker": os.environ.get("PYTEST_XDIST_WORKER",
-                                                 "main")}) + "\n")
+                        "worker": _worker(item.config)}) + "\n")
 
 
 def summarize(rows, top):

@@ -1,6 +1,10 @@
 """The one train step, on 1 and 2 replicas: gradient clipping on the global
 norm of the summed gradient (against float64), float16 overflow skipped with
-the loss scale lowered, the loss normalised over the global batch."""
+the loss scale lowered, the loss normalised over the global batch; the training input iterator
+kept when its trainer is gone."""
+
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -89,3 +93,15 @@ def test_float16_overflow_skips_the_step_and_lowers_the_scale(
   assert all(changed)
   assert all(np.isfinite(v.numpy()).all()
              for v in trainer.model.trainable_variables)
+
+
+def test_the_training_input_iterator_outlives_its_trainer(task):
+  """Destroying a distributed input iterator can block for a minute
+  (tf.data's autotuning threads): a finished trainer's is kept until the
+  process exits."""
+  trainer = _trainer(task, 1, lambda: tf_keras.optimizers.SGD(1e-3))
+  trainer.train(tf.constant(1))
+  iterator = weakref.ref(trainer._train_iterator)  # pylint: disable=protected-access
+  del trainer
+  gc.collect()
+  assert iterator() is not None

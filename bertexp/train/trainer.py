@@ -19,6 +19,7 @@ then raises `Preempted` or `Diverged` for the run to handle. Evaluation
 gathers per-example outputs to the host and lets the task compute whole-set
 metrics (F1, MCC, Spearman...).
 """
+import ctypes
 import dataclasses
 import logging
 import sys
@@ -41,14 +42,18 @@ orbit = orbit_import.orbit
 # Evaluation and prediction report progress at most this often.
 PROGRESS_SECONDS = 30
 
-# Every training input iterator this process made, kept until it exits.
-# Destroying a distributed iterator that ran for a while can block for a
-# minute or more: tf.data's autotuning thread of each device's input is
-# joined and wakes only at the end of its (growing, up to 60 s) period.
-# Seen after training on 8 replicas, when --mode=train_eval_predict's
+# Every training input iterator this process made, never destroyed: not
+# when its trainer is gone, nor when the interpreter exits (one reference
+# the interpreter does not own; the operating system frees the memory with
+# the process). Destroying a distributed iterator that ran for a while can
+# block for a minute or more: tf.data's autotuning thread of each device's
+# input is joined and wakes only at the end of its (growing, up to 60 s)
+# period. Seen after training on 8 replicas, when --mode=train_eval_predict's
 # predictions started (27-132 s idle in 11 of 19 runs; none in 8 with the
-# iterator kept). An iterator holds a few prefetched batches.
+# iterator kept), and at the exit of a process that trained on 2 replicas.
+# An iterator holds a few prefetched batches.
 _TRAINING_ITERATORS = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_TRAINING_ITERATORS))
 
 
 def _format_seconds(seconds):

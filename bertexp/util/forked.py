@@ -12,9 +12,14 @@ own pid, the given environment, working folder and standard streams,
 Python's default signal handling; it is signalled, exits and reports its
 exit code as a real process does (negative: the signal that ended it).
 
-A child dies with its zygote (SIGKILL), and the zygote kills its children
-and exits when the process that started it is gone (even killed), so a lost
-sweep or launcher leaves nothing running. What a fresh interpreter decides
+A forked child that starts such processes of its own (a sweep or launcher
+started by a test) asks the zygote it came from, through a channel each
+child is given: no second zygote imports TensorFlow again, and nothing of
+the child's memory is in its children. A child dies with its zygote
+(SIGKILL); the zygote kills the children a process asked for when that
+process is gone (even killed), and all of them and exits when the process
+that started it is gone, so a lost sweep or launcher leaves nothing
+running. What a fresh interpreter decides
 at import time from its environment (TF_ENABLE_ONEDNN_OPTS,
 TF_USE_LEGACY_KERAS) the zygote decided once, from the environment of the
 process that started it; the rest of a child's environment (TF_CONFIG,
@@ -52,12 +57,12 @@ def _die_with_parent():
     pass
 
 
-def _child(channel, request, fds):
+def _child(own_channel, request, fds):
   """In the forked child: becomes `python ARGV`. It ends as that program
   would end the interpreter (SystemExit's code; an exception's traceback
   and 1; death by SIGINT after an uncaught KeyboardInterrupt), through the
-  interpreter's own exit: atexit handlers run, streams are flushed."""
-  channel.close()
+  interpreter's own exit: atexit handlers run, streams are flushed.
+  `own_channel` is its socket to the zygote, for the processes it forks."""
   _die_with_parent()
   for target, fd in enumerate(fds):
     os.dup2(fd, target)
@@ -73,6 +78,10 @@ def _child(channel, request, fds):
   signal.signal(signal.SIGCHLD, signal.SIG_DFL)
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  # This file runs as the zygote's __main__; the program's `forked` is the
+  # module of that name.
+  importlib.import_module(__spec__.name).inherited_channel = (
+      os.getpid(), own_channel)
   how, what, *args = request["argv"]
   if how == "-m":
     sys.argv = [what] + args
@@ -83,31 +92,64 @@ def _child(channel, request, fds):
   sys.exit(0)
 
 
-def _report_exits(channel, children):
-  """Reaps the children that ended; tells the starter each one's exit code
-  and CPU seconds."""
-  while children:
+def _report_exits(starters):
+  """Reaps the children that ended; tells the process that asked for each
+  one its exit code and CPU seconds."""
+  while True:
     try:
       pid, status, usage = os.wait4(-1, os.WNOHANG)
     except ChildProcessError:
       return
     if not pid:
       return
-    children.discard(pid)
-    channel.sendall(json.dumps(
-        {"exited": pid, "code": os.waitstatus_to_exitcode(status),
-         "cpu": usage.ru_utime + usage.ru_stime}).encode())
+    for channel, children in starters.items():
+      if pid in children:
+        children.discard(pid)
+        try:
+          channel.sendall(json.dumps(
+              {"exited": pid, "code": os.waitstatus_to_exitcode(status),
+               "cpu": usage.ru_utime + usage.ru_stime}).encode())
+        except OSError:                  # it is gone too
+          pass
+
+
+def _kill(pids):
+  for pid in pids:
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+
+
+def _fork(request, fds, starters):
+  """Forks the child `request` asks for; returns its pid and the zygote's
+  end of a new channel through which the child can ask for children of
+  its own (forked from here, not from a zygote it would start)."""
+  ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+  pid = os.fork()
+  if pid == 0:
+    for channel in [ours, *starters]:
+      channel.close()
+    _child(theirs, json.loads(request), fds)
+  theirs.close()
+  for fd in fds:
+    os.close(fd)
+  return pid, ours
 
 
 def serve(channel_fd, preload):
   """The zygote: imports `preload`, then forks a child per request read
-  from the socket `channel_fd` until the socket closes.
+  from the socket `channel_fd`, or from the channel of a child it forked,
+  until the socket closes.
+
+  A channel that closes (its process ended, even killed) takes the
+  children started through it with it (SIGKILL).
 
   Args:
     channel_fd: a SOCK_SEQPACKET socket to the starting process.
     preload: module names to import before the first fork.
   """
-  channel = socket.socket(fileno=channel_fd)
+  starter = socket.socket(fileno=channel_fd)
   # Ctrl-C's SIGINT reaches the terminal's whole process group: the
   # children handle it (a trial checkpoints); the zygote, whose death would
   # kill them mid-step, ends only when its starter does.
@@ -117,40 +159,43 @@ def serve(channel_fd, preload):
     importlib.import_module(module)
   sys.stdout.flush()
   sys.stderr.flush()
-  children = set()
+  starters = {starter: set()}          # channel -> the pids it asked for
   while True:
-    ready, _, _ = select.select([channel], [], [], 0.05)
-    _report_exits(channel, children)
-    if not ready:
-      continue
-    message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
-    if not message:                          # the starter is gone
-      for pid in children:
-        try:
-          os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
-      return
-    pid = os.fork()
-    if pid == 0:
-      _child(channel, json.loads(message), fds)
-    for fd in fds:
-      os.close(fd)
-    children.add(pid)
-    channel.sendall(json.dumps({"started": pid}).encode())
+    ready, _, _ = select.select(list(starters), [], [], 0.05)
+    _report_exits(starters)
+    for channel in ready:
+      message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
+      if not message:                  # that process is gone
+        _kill(starters.pop(channel))
+        channel.close()
+        if channel is starter:
+          for children in starters.values():
+            _kill(children)
+          return
+        continue
+      pid, child_channel = _fork(message, fds, starters)
+      starters[channel].add(pid)
+      starters[child_channel] = set()
+      channel.sendall(json.dumps({"started": pid}).encode())
 
 
 class _Zygote:
   """The starter's side: the zygote process and the thread that reads what
   it reports."""
 
-  def __init__(self, preload):
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    self.process = subprocess.Popen(
-        [sys.executable, "-m", __name__, str(theirs.fileno()),
-         ",".join(preload)], pass_fds=[theirs.fileno()], env=dict(os.environ))
-    theirs.close()
-    self.channel = ours
+  def __init__(self, preload, channel=None):
+    """A new zygote importing `preload`; or, given `channel`, the zygote
+    this process was forked from (self.process None)."""
+    self.process = None
+    if channel is None:
+      channel, theirs = socket.socketpair(socket.AF_UNIX,
+                                          socket.SOCK_SEQPACKET)
+      self.process = subprocess.Popen(
+          [sys.executable, "-m", __name__, str(theirs.fileno()),
+           ",".join(preload)], pass_fds=[theirs.fileno()],
+          env=dict(os.environ))
+      theirs.close()
+    self.channel = channel
     self.request_lock = threading.Lock()
     self.started = []
     self.started_ready = threading.Condition()
@@ -203,28 +248,38 @@ class _Zygote:
       return self.exits.get(pid)
 
   def close(self):
-    """Ends the zygote (and any child still running) and reaps it."""
+    """Ends the zygote (a shared one: the children started through this
+    channel) and reaps it."""
     # Shut down, not just closed: the reading thread's recv then returns
     # the end of the stream (a closed socket would raise in it).
     self.channel.shutdown(socket.SHUT_RDWR)
-    try:
-      self.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      self.process.kill()
-      self.process.wait()
+    if self.process:
+      try:
+        self.process.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        self.process.kill()
+        self.process.wait()
     self.channel.close()
 
 
 _zygotes = {}
 _starting = threading.Lock()
+# (pid, socket) in a process forked by a zygote: its channel to that
+# zygote, which then forks this process's children too.
+inherited_channel = None
 
 
 def zygote(preload):
-  """This process's zygote (started on first use, once whichever threads
-  ask; `preload` is the first caller's)."""
+  """This process's zygote (once whichever threads ask): the one it was
+  forked from, if any; else started on first use, importing the first
+  caller's `preload`."""
+  global inherited_channel
   with _starting:
     if os.getpid() not in _zygotes:
-      _zygotes[os.getpid()] = _Zygote(preload)
+      channel = None
+      if inherited_channel and inherited_channel[0] == os.getpid():
+        channel, inherited_channel = inherited_channel[1], None
+      _zygotes[os.getpid()] = _Zygote(preload, channel)
       atexit.register(shutdown)
     return _zygotes[os.getpid()]
 

@@ -98,6 +98,28 @@ def test_a_killed_starters_forked_children_die_with_it():
   assert _state(child) in (None, "Z")
 
 
+GRANDCHILD = ("import builtins, os, sys\n"
+              "print('child', os.getppid(), hasattr(builtins, 'STARTER_ONLY'),"
+              " 'tensorflow' in sys.modules, flush=True)\n")
+
+
+def test_a_forked_process_forks_its_children_from_its_own_zygote():
+  """A forked sweep or launcher (as the tests start them) forks its trials
+  or workers from the zygote it came from (TensorFlow imported, nothing of
+  the starter's memory), not from a new zygote that imports it again."""
+  starter = ("import builtins, os, sys\n"
+             "from bertexp.util import forked\n"
+             "builtins.STARTER_ONLY = True\n"
+             "print('starter', os.getppid(), flush=True)\n"
+             "forked.run(['-c', sys.argv[1]], preload=(), stdout=sys.stdout)\n")
+  done = forked_python.run(["-c", starter, GRANDCHILD], text=True,
+                           stdout=subprocess.PIPE, timeout=120)
+  assert done.returncode == 0
+  lines = sorted(line.split() for line in done.stdout.splitlines())
+  zygote = str(forked_python.zygote().process.pid)
+  assert lines == [["child", zygote, "False", "True"], ["starter", zygote]]
+
+
 def test_shutdown_ends_the_zygote_quietly():
   """forked.shutdown (what `bertexp` runs before it exits) tells the zygote
   to end, which it does by itself (exit status 0, not killed after a

@@ -92,7 +92,41 @@ def _child(own_channel, request, fds):
   sys.exit(0)
 
 
-def _report_exits(starters):
+class _Requests:
+  """The zygote's books: which process (by its channel) asked for which
+  child, and the CPU seconds of the ended children each one asked for,
+  counted for it when it ends (as the operating system counts a process's
+  waited-for children for it)."""
+
+  def __init__(self, starter):
+    self.children = {starter: set()}     # channel -> the pids it asked for
+    self.own_channel = {}                # pid -> the channel it was given
+    self.ended_cpu = {}                  # channel -> its ended children's
+
+  def add(self, channel, pid, own_channel):
+    self.children[channel].add(pid)
+    self.children[own_channel] = set()
+    self.own_channel[pid] = own_channel
+
+  def drop(self, channel):
+    """Forgets a closed channel (its ended children's CPU seconds stay
+    until its process is reaped: it may close first); returns the pids it
+    asked for."""
+    return self.children.pop(channel)
+
+  def ended(self, pid, cpu):
+    """(the channel that asked for `pid`, or None; its CPU seconds with
+    those of the children it asked for that ended before it)."""
+    cpu += self.ended_cpu.pop(self.own_channel.pop(pid, None), 0.0)
+    for channel, children in self.children.items():
+      if pid in children:
+        children.discard(pid)
+        self.ended_cpu[channel] = self.ended_cpu.get(channel, 0.0) + cpu
+        return channel, cpu
+    return None, cpu
+
+
+def _report_exits(requests):
   """Reaps the children that ended; tells the process that asked for each
   one its exit code and CPU seconds."""
   while True:
@@ -102,15 +136,14 @@ def _report_exits(starters):
       return
     if not pid:
       return
-    for channel, children in starters.items():
-      if pid in children:
-        children.discard(pid)
-        try:
-          channel.sendall(json.dumps(
-              {"exited": pid, "code": os.waitstatus_to_exitcode(status),
-               "cpu": usage.ru_utime + usage.ru_stime}).encode())
-        except OSError:                  # it is gone too
-          pass
+    channel, cpu = requests.ended(pid, usage.ru_utime + usage.ru_stime)
+    try:
+      if channel:
+        channel.sendall(json.dumps(
+            {"exited": pid, "code": os.waitstatus_to_exitcode(status),
+             "cpu": cpu}).encode())
+    except OSError:                      # it is gone too
+      pass
 
 
 def _kill(pids):
@@ -121,14 +154,14 @@ def _kill(pids):
       pass
 
 
-def _fork(request, fds, starters):
+def _fork(request, fds, channels):
   """Forks the child `request` asks for; returns its pid and the zygote's
   end of a new channel through which the child can ask for children of
   its own (forked from here, not from a zygote it would start)."""
   ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
   pid = os.fork()
   if pid == 0:
-    for channel in [ours, *starters]:
+    for channel in [ours, *channels]:
       channel.close()
     _child(theirs, json.loads(request), fds)
   theirs.close()
@@ -159,23 +192,22 @@ def serve(channel_fd, preload):
     importlib.import_module(module)
   sys.stdout.flush()
   sys.stderr.flush()
-  starters = {starter: set()}          # channel -> the pids it asked for
+  requests = _Requests(starter)
   while True:
-    ready, _, _ = select.select(list(starters), [], [], 0.05)
-    _report_exits(starters)
+    ready, _, _ = select.select(list(requests.children), [], [], 0.05)
+    _report_exits(requests)
     for channel in ready:
       message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
       if not message:                  # that process is gone
-        _kill(starters.pop(channel))
+        _kill(requests.drop(channel))
         channel.close()
         if channel is starter:
-          for children in starters.values():
+          for children in requests.children.values():
             _kill(children)
           return
         continue
-      pid, child_channel = _fork(message, fds, starters)
-      starters[channel].add(pid)
-      starters[child_channel] = set()
+      pid, own_channel = _fork(message, fds, requests.children)
+      requests.add(channel, pid, own_channel)
       channel.sendall(json.dumps({"started": pid}).encode())
 
 
@@ -297,8 +329,8 @@ def shutdown():
 
 def children_cpu_seconds():
   """User + system CPU seconds of this process's forked children that have
-  ended (and of the processes they waited for), which the operating system
-  counts for the zygote until this process reaps it."""
+  ended (and of the processes they waited for or forked), which the
+  operating system counts for the zygote, not for this process."""
   started = _zygotes.get(os.getpid())
   return started.children_cpu_seconds if started else 0.0
 

@@ -120,6 +120,25 @@ def test_a_forked_process_forks_its_children_from_its_own_zygote():
   assert lines == [["child", zygote, "False", "True"], ["starter", zygote]]
 
 
+BURN = ("import time\n"
+        "while time.process_time() < 2.0:\n"
+        "  pass\n")
+
+
+def test_a_forked_childs_cpu_counts_the_children_it_forked():
+  """The CPU seconds reported for a forked process include those of the
+  children it forked (as the operating system counts waited-for children),
+  though they are the zygote's children, not its own."""
+  starter = ("import sys\n"
+             "from bertexp.util import forked\n"
+             "forked.run(['-c', sys.argv[1]], preload=())\n")
+  forked_python.run(["-c", "pass"], timeout=120)     # the zygote is up
+  before = forked_python.children_cpu_seconds()
+  done = forked_python.run(["-c", starter, BURN], timeout=120)
+  assert done.returncode == 0
+  assert forked_python.children_cpu_seconds() - before >= 2.0
+
+
 def test_shutdown_ends_the_zygote_quietly():
   """forked.shutdown (what `bertexp` runs before it exits) tells the zygote
   to end, which it does by itself (exit status 0, not killed after a

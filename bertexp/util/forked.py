@@ -137,13 +137,18 @@ def _report_exits(requests):
     if not pid:
       return
     channel, cpu = requests.ended(pid, usage.ru_utime + usage.ru_stime)
-    try:
-      if channel:
-        channel.sendall(json.dumps(
-            {"exited": pid, "code": os.waitstatus_to_exitcode(status),
-             "cpu": cpu}).encode())
-    except OSError:                      # it is gone too
-      pass
+    if channel:
+      _send(channel, {"exited": pid, "code": os.waitstatus_to_exitcode(status),
+                      "cpu": cpu})
+
+
+def _send(channel, event):
+  """Sends `event` to a process that may have ended since it asked (its
+  closed channel is then seen and handled by the zygote's loop)."""
+  try:
+    channel.sendall(json.dumps(event).encode())
+  except OSError:
+    pass
 
 
 def _kill(pids):
@@ -208,7 +213,7 @@ def serve(channel_fd, preload):
         continue
       pid, own_channel = _fork(message, fds, requests.children)
       requests.add(channel, pid, own_channel)
-      channel.sendall(json.dumps({"started": pid}).encode())
+      _send(channel, {"started": pid})
 
 
 class _Zygote:

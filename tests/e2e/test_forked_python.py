@@ -120,6 +120,27 @@ def test_a_forked_process_forks_its_children_from_its_own_zygote():
   assert lines == [["child", zygote, "False", "True"], ["starter", zygote]]
 
 
+DEAF_STARTER = (
+    "import json, os, socket\n"
+    "from bertexp.util import forked\n"
+    "channel = forked.zygote(()).channel\n"
+    "channel.shutdown(socket.SHUT_RD)\n"
+    "request = {'argv': ['-c', 'import time; time.sleep(120)'],"
+    " 'env': dict(os.environ), 'cwd': os.getcwd()}\n"
+    "socket.send_fds(channel, [json.dumps(request).encode()], [0, 1, 2])\n"
+    "os._exit(0)\n")
+
+
+def test_a_process_gone_before_the_zygote_answers_leaves_it_serving():
+  """A forked process that asked for a child and stopped listening (it
+  ended or was killed) before the zygote answered: the zygote's answer
+  finds no reader, and it goes on forking for everyone else."""
+  assert forked_python.run(["-c", DEAF_STARTER], timeout=120).returncode == 0
+  done = forked_python.run(["-c", "print(7)"], stdout=subprocess.PIPE,
+                           text=True, timeout=120)
+  assert (done.returncode, done.stdout) == (0, "7\n")
+
+
 BURN = ("import time\n"
         "while time.process_time() < 2.0:\n"
         "  pass\n")

@@ -39,10 +39,39 @@ def describe_cpu(cpuinfo="/proc/cpuinfo"):
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo"):
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA, or its older name
+# DNNL_MAX_CPU_ISA) that leave out its bfloat16 instructions.
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset({
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+    "AVX512_CORE_VNNI"})
+
+
+def onednn_isa_cap(environ=None):
+  """The instruction-set cap the user set for oneDNN's kernels
+  (ONEDNN_MAX_CPU_ISA, else DNNL_MAX_CPU_ISA), upper-cased; None when
+  neither is set."""
+  environ = os.environ if environ is None else environ
+  cap = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA")
+  return cap.strip().upper() if cap and cap.strip() else None
+
+
+def cpu_has_native_bfloat16(cpuinfo="/proc/cpuinfo", environ=None):
   """Whether this CPU has bfloat16 matmul instructions (NATIVE_BF16_FLAGS),
-  read from Linux's `cpuinfo`; False where that file is missing (macOS,
-  Windows): unknown is treated as emulated."""
+  read from Linux's `cpuinfo`, and oneDNN may use them: False where that
+  file is missing (macOS, Windows: unknown is treated as emulated) or where
+  ONEDNN_MAX_CPU_ISA caps oneDNN below them (ONEDNN_ISAS_WITHOUT_BF16;
+  TensorFlow would still send bfloat16 matmuls to oneDNN, which then has no
+  kernel for them).
+
+  Args:
+    cpuinfo: Linux's cpuinfo file.
+    environ: the environment to read the oneDNN cap from (os.environ).
+
+  Returns:
+    bool.
+  """
+  if onednn_isa_cap(environ) in ONEDNN_ISAS_WITHOUT_BF16:
+    return False
   flags = cpuinfo_field(("flags", "Features"), cpuinfo)
   return bool(flags and NATIVE_BF16_FLAGS & set(flags.split()))
 
@@ -66,8 +95,10 @@ def cpu_line():
   bfloat16 natively or emulates it."""
   cpu = describe_cpu()
   native = cpu_has_native_bfloat16()
+  cap = onednn_isa_cap()
   return (f"CPU: {cpu['cpu']}, {cpu['cores']} logical cores, flags: "
           f"{' '.join(cpu['flags']) or 'none of ' + ' '.join(SPEED_FLAGS)}, "
           f"bfloat16 instructions: "
           f"{'yes' if native else 'no (bfloat16 is emulated)'}, "
-          f"TensorFlow's oneDNN kernels: {onednn_state()}")
+          f"TensorFlow's oneDNN kernels: {onednn_state()}"
+          f"{f' (capped at {cap})' if cap else ''}")

@@ -162,3 +162,20 @@ def test_more_gpus_than_visible_is_a_clear_error():
   with pytest.raises(ValueError, match=f"NUM_GPUS={visible + 1} .* sees "
                      f"{visible} GPU"):
     strategy.make_strategy("mirrored", num_gpus=visible + 1)
+
+
+@pytest.mark.parametrize("cap,native", [
+    ("AVX2", False), ("avx512_core", False), ("AVX512_CORE_VNNI", False),
+    ("AVX512_CORE_BF16", True), ("AVX512_CORE_AMX", True), ("ALL", True),
+    ("", True)])
+def test_a_onednn_cap_below_bfloat16_makes_bfloat16_emulated(tmp_path, cap,
+                                                             native):
+  """ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 leaves oneDNN without its
+  bfloat16 kernels (TensorFlow still sends it bfloat16 matmuls, and crashes):
+  "auto" must then pick float32 on a CPU that has the instructions."""
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+  assert strategy.cpu_has_native_bfloat16(
+      str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": cap}) is native
+  assert strategy.cpu_has_native_bfloat16(
+      str(cpuinfo), environ={"DNNL_MAX_CPU_ISA": cap}) is native

@@ -16,8 +16,10 @@ import tf_keras
 
 from bertexp.util import cluster
 from bertexp.util import gpus as gpu_probe
-from bertexp.util.machine import (cpu_has_native_bfloat16, cpuinfo_field,
-                                  onednn_enabled, onednn_state)
+from bertexp.util.machine import (ONEDNN_ISAS_WITHOUT_BF16,
+                                  cpu_has_native_bfloat16, cpuinfo_field,
+                                  onednn_enabled, onednn_isa_cap,
+                                  onednn_state)
 
 KINDS = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu",
          "auto")
@@ -209,9 +211,25 @@ def configure_numerics(precision="float32", jit_compile=False, strategy=None,
     precision = auto_precision(
         kind, gpu_probe.compute_capability() if kind == "GPU" else None)
     logging.info("precision auto on %s replicas: %s", kind, precision)
+  if precision == "mixed_bfloat16":
+    _check_onednn_computes_bfloat16(strategy)
   logging.info("TensorFlow's oneDNN CPU kernels: %s", onednn_state())
   tf_keras.mixed_precision.set_global_policy(precision)
   return precision, jit_compile
+
+
+def _check_onednn_computes_bfloat16(strategy):
+  """Raises ValueError where bfloat16 would run on CPU replicas through
+  oneDNN kernels capped below bfloat16 (ONEDNN_MAX_CPU_ISA): TensorFlow
+  still hands them bfloat16 matmuls, and the process dies on a segfault."""
+  cap = onednn_isa_cap()
+  if (cap in ONEDNN_ISAS_WITHOUT_BF16 and onednn_enabled() and
+      device_kind(strategy or tf.distribute.get_strategy()) == "CPU"):
+    raise ValueError(
+        f"precision mixed_bfloat16 on CPU with ONEDNN_MAX_CPU_ISA={cap}: "
+        "that cap leaves TensorFlow's oneDNN kernels without bfloat16 ones "
+        "(AVX512_CORE_BF16 or above has them); unset it, or use "
+        "precision float32")
 
 
 def auto_precision(kind, gpu_capability=None):

@@ -143,13 +143,15 @@ def test_two_workers_equal_one_replica(tmp_path):
   """In-batch negatives (symmetric, with hard negatives) and CoSENT: 2
   MultiWorkerMirroredStrategy processes on localhost (this file as their
   script) give one replica's loss and gradients."""
-  from conftest import REPO
+  import forked_python        # not at the top: this file is the workers' script
   from bertexp.launch.local import free_ports
   cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
-  env = dict(os.environ, PYTHONPATH=REPO, TF_USE_LEGACY_KERAS="1")
-  workers = [subprocess.Popen(
-      [sys.executable, os.path.abspath(__file__), str(tmp_path / f"{i}.json")],
-      env=dict(env, TF_CONFIG=json.dumps(
+  as_script = ("import runpy, sys; "
+               "runpy.run_path(sys.argv[1], run_name='__main__')")
+  workers = [forked_python.popen(
+      ["-c", as_script, os.path.abspath(__file__),
+       str(tmp_path / f"{i}.json")],
+      env=dict(os.environ, TF_CONFIG=json.dumps(
           {"cluster": cluster, "task": {"type": "worker", "index": i}})),
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
@@ -176,5 +178,5 @@ if __name__ == "__main__":            # one worker of test_two_workers_...
   for loss_name in ("symmetric", "cosent"):
     worker_loss, worker_grads = _step(workers, loss_name)
     results[loss_name] = [worker_loss, [g.tolist() for g in worker_grads]]
-  with open(sys.argv[1], "w") as out:
+  with open(sys.argv[-1], "w") as out:
     json.dump(results, out)

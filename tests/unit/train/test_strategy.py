@@ -53,7 +53,9 @@ def test_cross_device_ops_choice():
     strategy._cross_device_ops("tree", 2)
 
 
-def test_precision_policy():
+def test_precision_policy(monkeypatch):
+  monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)  # see below
+  monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
   try:
     assert strategy.configure_numerics("mixed_bfloat16") == ("mixed_bfloat16", False)
     assert tf_keras.mixed_precision.global_policy().compute_dtype == "bfloat16"
@@ -101,8 +103,9 @@ def test_auto_precision_picks_by_device():
 def test_native_bfloat16_is_read_from_cpuinfo_flags(tmp_path, line, native):
   cpuinfo = tmp_path / "cpuinfo"
   cpuinfo.write_text(f"processor\t: 0\nmodel name\t: some cpu bf16\n{line}\n")
-  assert strategy.cpu_has_native_bfloat16(str(cpuinfo)) is native
-  assert strategy.cpu_has_native_bfloat16(str(tmp_path / "missing")) is False
+  assert strategy.cpu_has_native_bfloat16(str(cpuinfo), environ={}) is native
+  assert strategy.cpu_has_native_bfloat16(str(tmp_path / "missing"),
+                                          environ={}) is False
   assert strategy.cpuinfo_field(("model name",), str(cpuinfo)) == "some cpu bf16"
   assert strategy.cpuinfo_field(("model name",), str(tmp_path / "missing")) is None
 
@@ -179,3 +182,22 @@ def test_a_onednn_cap_below_bfloat16_makes_bfloat16_emulated(tmp_path, cap,
       str(cpuinfo), environ={"ONEDNN_MAX_CPU_ISA": cap}) is native
   assert strategy.cpu_has_native_bfloat16(
       str(cpuinfo), environ={"DNNL_MAX_CPU_ISA": cap}) is native
+
+
+def test_bfloat16_on_cpu_under_a_onednn_cap_without_it_is_refused(monkeypatch):
+  """An explicit mixed_bfloat16 under ONEDNN_MAX_CPU_ISA=AVX2 is a one-line
+  error naming the variable, not TensorFlow's segfault at the first
+  bfloat16 matmul; float32 is untouched, and so is bfloat16 uncapped."""
+  if not strategy.onednn_enabled():
+    pytest.skip("TensorFlow's oneDNN kernels are off in this process")
+  monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+  monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+  with pytest.raises(ValueError, match="ONEDNN_MAX_CPU_ISA=AVX2"):
+    strategy.configure_numerics("mixed_bfloat16")
+  assert strategy.configure_numerics("float32") == ("float32", False)
+  monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+  try:
+    assert strategy.configure_numerics("mixed_bfloat16") == (
+        "mixed_bfloat16", False)
+  finally:
+    strategy.configure_numerics("float32")

@@ -226,10 +226,10 @@ def _check_onednn_computes_bfloat16(strategy):
   if (cap in ONEDNN_ISAS_WITHOUT_BF16 and onednn_enabled() and
       device_kind(strategy or tf.distribute.get_strategy()) == "CPU"):
     raise ValueError(
-        f"precision mixed_bfloat16 on CPU with ONEDNN_MAX_CPU_ISA={cap}: "
-        "that cap leaves TensorFlow's oneDNN kernels without bfloat16 ones "
-        "(AVX512_CORE_BF16 or above has them); unset it, or use "
-        "precision float32")
+        f"precision mixed_bfloat16 on CPU with oneDNN capped at {cap} "
+        "(ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA): that cap leaves "
+        "TensorFlow's oneDNN kernels without bfloat16 ones (AVX512_CORE_BF16 "
+        "or above has them); unset it, or use precision float32")
 
 
 def auto_precision(kind, gpu_capability=None):

@@ -299,7 +299,7 @@ def run_params(spec, model_dir, batch=8, **more):
   params.update(spec["params"])
   return dict(params, MODEL_DIR=model_dir, TRAIN_BATCH_SIZE=batch,
               EVAL_BATCH_SIZE=batch, TRAIN_STEPS=TRAIN_STEPS,
-              STEPS_PER_LOOP=TRAIN_STEPS, SEED=3, **more)
+              STEPS_PER_LOOP=TRAIN_STEPS, SEED=3) | more
 
 
 def run_in_process(spec, model_dir, strategy_bindings, extra=(), mode=None):
@@ -324,12 +324,13 @@ def run_cli(args, timeout=600):
 
 
 def run_two_workers(spec, model_dir, extra=(), mode="train_and_eval",
-                    timeout=400):
+                    timeout=400, **params):
   """The same experiment as 2 MultiWorkerMirroredStrategy workers on
   localhost: `bertexp launch --platform=local --workers=2`, which gives
   each worker process its TF_CONFIG; the strategy comes from it ("auto");
-  returns the launch's output (each line prefixed with its worker)."""
-  args = train_args([spec["gin_file"]], run_params(spec, model_dir),
+  `params` override run_params' macros (SEED=None unbinds the seed).
+  Returns the launch's output (each line prefixed with its worker)."""
+  args = train_args([spec["gin_file"]], run_params(spec, model_dir, **params),
                     list(spec["order"]) + list(extra), mode=mode)
   launch = ["launch", "--platform=local", "--workers=2"] + [
       a for a in args[1:] if not a.startswith("--mode=")] + [f"--mode={mode}"]

@@ -117,13 +117,26 @@ def _permute_window(batch, epoch_key, index):
   return tf.nest.map_structure(lambda t: tf.gather(t, order), batch)
 
 
-def resolve_seed(seed):
-  """The data order's seed: `seed`, or a fresh random one (stored in the
-  checkpoint by the caller, so a resumed run keeps it)."""
+def resolve_seed(seed, share=None):
+  """The data order's seed: `seed`, or a fresh random one in [0, 2**31)
+  (stored in the checkpoint by the caller, so a resumed run keeps it).
+
+  Args:
+    seed: the run's SEED, or None to draw one.
+    share: with several workers, a function that returns the chief's draw
+      on every worker (`bertexp.train.strategy.chief_value`): each worker
+      draws, and all take the chief's, so the cluster shards one order.
+      Without it, a multi-worker run would shard a different permutation on
+      each worker and train on some records twice and others never.
+  Returns:
+    The seed (int).
+  """
   if seed is not None:
     return int(seed)
-  drawn = int.from_bytes(os.urandom(4), "little")
-  logging.info("data order seed %d (drawn: SEED is None)", drawn)
+  drawn = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+  if share is not None:
+    drawn = int(share(drawn))
+  logging.info("data order seed %d (drawn by the chief: SEED is None)", drawn)
   return drawn
 
 

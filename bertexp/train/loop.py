@@ -21,6 +21,7 @@ from bertexp.train import console
 from bertexp.train import optimization
 from bertexp.train import run_records
 from bertexp.train import stop_signals
+from bertexp.train import strategy as strategy_lib
 from bertexp.train import trainer as trainer_lib
 from bertexp.util import fileio
 from bertexp.util import orbit_import
@@ -174,7 +175,9 @@ def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size,
   the checkpoint's data position, in the order of its data seed."""
   def build():
     if int(state.data_seed.numpy()) < 0:
-      state.data_seed.assign(order_lib.resolve_seed(task.seed))
+      state.data_seed.assign(order_lib.resolve_seed(
+          task.seed, share=lambda draw: strategy_lib.chief_value(strategy,
+                                                                 draw)))
     train_order = pipeline.TrainOrder(
         seed=int(state.data_seed.numpy()),
         start=int(state.examples_seen.numpy()),

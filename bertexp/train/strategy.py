@@ -183,6 +183,24 @@ def _cross_device_ops(all_reduce, num_gpus):
                    "hierarchical_copy or ring")
 
 
+def chief_value(strategy, value):
+  """`value` as the cluster's first replica (on the chief) has it, returned
+  on every worker: turns a draw each worker makes for itself into one
+  cluster-wide value. All workers must call it together (a collective).
+
+  Args:
+    strategy: the run's tf.distribute strategy (any kind; one replica just
+      returns `value`).
+    value: an int in [0, 2**31).
+  Returns:
+    The chief's `value` (int).
+  """
+  values = strategy.experimental_distribute_values_from_function(
+      lambda context: tf.constant(
+          value if context.replica_id_in_sync_group == 0 else 0, tf.int32))
+  return int(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+
+
 @gin.configurable(module="bertexp")
 def configure_numerics(precision="float32", jit_compile=False, strategy=None,
                        xla_flags=None):

@@ -12,11 +12,13 @@ pretraining and the 16 GB SQuAD file also run here.
 """
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from bertexp.data import pipeline
 import matrix_fixtures as mf
 
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
@@ -67,6 +69,66 @@ def test_two_workers_equal_one_replica(task, fixtures, one_replica, tmp_path):
                      fixtures[task]["params"].get("INIT_CHECKPOINT"))
   # The second worker wrote only into its private folder.
   assert os.path.isdir(os.path.join(model_dir, "workers", "worker_1"))
+
+
+def _logged_data_seeds(output):
+  """{worker: the data order seed it logged} from a launch's output."""
+  seeds = {}
+  for line in output.splitlines():
+    found = re.search(r"^\[worker (\d+)\] .*training data: seed (\d+),", line)
+    if found:
+      seeds[int(found.group(1))] = int(found.group(2))
+  return seeds
+
+
+def _records_each_worker_reads(spec, seed, steps, per_worker_batch):
+  """[the record indices worker i trains on in `steps` steps] for 2
+  workers sharding the order of `seed` (shuffled), as the run's pipeline
+  does."""
+  task_file = spec["params"]["TRAIN_DATA_PATH"]
+  decode = lambda serialized: ({"input_word_ids": serialized}, serialized)
+  shards = []
+  for worker in range(2):
+    context = tf.distribute.InputContext(num_input_pipelines=2,
+                                         input_pipeline_id=worker,
+                                         num_replicas_in_sync=2)
+    batches = pipeline.training_batches(
+        task_file, decode, batch_size=per_worker_batch, input_context=context,
+        train_order=pipeline.TrainOrder(seed=seed))
+    shards.append([int(i) for features, _ in batches.take(steps)
+                   for i in features["record_index"].numpy()])
+  return shards
+
+
+def test_two_workers_without_seed_read_every_record_once_per_epoch(
+    fixtures, tmp_path):
+  """SEED unbound (as the template and glue/*.gin leave it): each worker
+  draws a data order seed, and all of them take the chief's, so the two
+  shards of one shuffled epoch hold every training record exactly once
+  (each worker shuffling its own permutation saw some twice, others never).
+  The chief's seed is the one its checkpoint keeps for a resumed run."""
+  spec = fixtures["classification"]
+  records = sum(1 for _ in tf.data.TFRecordDataset(
+      spec["params"]["TRAIN_DATA_PATH"]))
+  batch = 8
+  steps = records // batch            # one epoch
+  assert records % batch == 0 and steps > 2
+  model_dir = str(tmp_path / "run")
+  output = mf.run_two_workers(
+      spec, model_dir, FLOAT32 + [
+          "bertexp.ClassificationTask.shuffle_buffer_size=10000"],
+      mode="train", SEED=None, TRAIN_STEPS=steps, STEPS_PER_LOOP=steps)
+  seeds = _logged_data_seeds(output)
+  assert sorted(seeds) == [0, 1], output[-3000:]
+  assert seeds[0] == seeds[1], seeds
+  kept = tf.train.load_variable(tf.train.latest_checkpoint(model_dir),
+                                "input/data_seed/.ATTRIBUTES/VARIABLE_VALUE")
+  assert kept == seeds[0]
+  shards = _records_each_worker_reads(spec, seeds[0], steps, batch // 2)
+  assert sorted(shards[0] + shards[1]) == list(range(records))
+  # The order is shuffled: a file-order epoch would pass the line above
+  # whatever seed each worker took.
+  assert shards[0] != list(range(0, records, 2))
 
 
 def _distillation_spec(fixtures, teacher_dir, root):

@@ -34,6 +34,7 @@ import time
 import warnings
 from typing import Optional
 
+import numpy as np
 import optuna
 import sqlalchemy
 from optuna.trial import TrialState
@@ -89,7 +90,7 @@ class StudyOptions:
     pruner: None, "median" or "hyperband".
     heartbeat_seconds: how often a running trial's heartbeat is recorded;
       a trial silent for 4x as long is failed and queued again.
-    seed: the TPE sampler's seed.
+    seed: the TPE sampler's seed (with the trial's number: TrialSeededTPE).
   """
   storage: str
   study_name: str
@@ -120,10 +121,57 @@ def _storage(options, attempts=3):
       time.sleep(1.0 + attempt)
 
 
+class TrialSeededTPE(optuna.samplers.BaseSampler):
+  """Optuna's TPE sampler whose random draws for trial n come from (seed, n).
+
+  One TPESampler(seed) per process would make every process of a sweep
+  draw the same sequence: two `bertexp sweep` processes on one study would
+  ask for the same points. Trial numbers are unique in the study (the
+  database gives them), so processes asking at once draw different points,
+  while a rerun with the same seed draws what the first run drew for each
+  trial number (given the same finished trials: TPE models them).
+
+  Args:
+    seed: the sweep's seed, or None for fresh randomness.
+  """
+
+  def __init__(self, seed=None):
+    self._seed = seed
+    self._samplers = {}        # trial number -> its TPESampler
+
+  def _for(self, trial):
+    if trial.number not in self._samplers:
+      seed = None if self._seed is None else int(np.random.SeedSequence(
+          [int(self._seed), trial.number]).generate_state(1)[0])
+      self._samplers[trial.number] = optuna.samplers.TPESampler(seed=seed)
+    return self._samplers[trial.number]
+
+  def infer_relative_search_space(self, study, trial):
+    return self._for(trial).infer_relative_search_space(study, trial)
+
+  def sample_relative(self, study, trial, search_space):
+    return self._for(trial).sample_relative(study, trial, search_space)
+
+  def sample_independent(self, study, trial, param_name, param_distribution):
+    return self._for(trial).sample_independent(study, trial, param_name,
+                                               param_distribution)
+
+  def before_trial(self, study, trial):
+    self._for(trial).before_trial(study, trial)
+
+  def after_trial(self, study, trial, state, values):
+    self._for(trial).after_trial(study, trial, state, values)
+    self._samplers.pop(trial.number, None)
+
+  def reseed_rng(self):
+    for sampler in self._samplers.values():
+      sampler.reseed_rng()
+
+
 def _create_or_load(options, storage):
   """(the study, whether this call created it)."""
   kwargs = dict(storage=storage, study_name=options.study_name,
-                sampler=optuna.samplers.TPESampler(seed=options.seed),
+                sampler=TrialSeededTPE(options.seed),
                 pruner=_pruner(options.pruner))
   try:
     return optuna.create_study(direction=options.direction, **kwargs), True

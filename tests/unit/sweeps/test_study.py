@@ -45,6 +45,26 @@ while True:
 """
 NAMES = [f"trial{i:02d}" for i in range(12)]
 
+# A search's worker process: claims one trial of a 2-trial TPE search (seed
+# 1), holds it until `rendezvous` trials are held, logs "<number> <learning
+# rate>" and finishes it.
+SEARCH_WORKER = r"""
+import json, sys, time
+from optuna.trial import TrialState
+from bertexp.sweeps import study as study_lib
+options, space, log, rendezvous = json.loads(sys.argv[1])
+study = study_lib.SweepStudy(
+    study_lib.StudyOptions(**options, seed=1),
+    search_space=study_lib.load_search_space(space), n_trials=2,
+    fixed={"SEED": 1})
+claim = study.claim(poll_seconds=0.2)
+with open(log, "a") as f:
+  f.write(f"{claim.trial.number} {claim.bindings['LEARNING_RATE']!r}\n")
+while len(open(log).read().splitlines()) < rendezvous:
+  time.sleep(0.05)
+study.finish(claim, TrialState.COMPLETE, 0.5)
+"""
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def storage(request, tmp_path):
@@ -64,6 +84,14 @@ def _start(options, log, rendezvous=0, hang=False):
   return subprocess.Popen(
       [sys.executable, "-c", WORKER,
        json.dumps([options, NAMES, str(log), rendezvous, hang])],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _search(options, space, log, rendezvous):
+  """A search worker process (SEARCH_WORKER)."""
+  return subprocess.Popen(
+      [sys.executable, "-c", SEARCH_WORKER,
+       json.dumps([options, str(space), str(log), rendezvous])],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -191,3 +219,32 @@ def test_a_search_asks_tpe_for_n_trials_named_by_number_and_bindings(
   assert len({c.bindings["LEARNING_RATE"] for c in claims}) == 3
   assert study.claim() is None               # n_trials made, none running
   assert len(study.trials()) == 3
+
+
+def test_parallel_search_processes_draw_distinct_trials_a_rerun_the_same(
+    tmp_path):
+  """Two processes of one TPE search (same seed) holding a trial at once
+  draw different points (each building TPE from the seed alone drew the
+  same point twice); one process making the same trials one after the
+  other draws the same points again, trial number by trial number."""
+  space = tmp_path / "space.json"
+  space.write_text(json.dumps(
+      {"LEARNING_RATE": {"low": 1e-5, "high": 1e-3, "log": True}}))
+
+  def draws(name, processes):
+    options = dict(_options(study_lib.default_storage(str(tmp_path)),
+                            tmp_path), study_name=name)
+    log = tmp_path / f"{name}.log"
+    if processes == 2:                    # both hold a trial at once
+      started = [_search(options, space, log, 2) for _ in range(2)]
+      for process in started:
+        _finish(process)
+    else:                                 # one after the other
+      for _ in range(2):
+        _finish(_search(options, space, log, 0))
+    return {int(number): float(rate) for number, rate in _lines(log)}
+
+  parallel = draws("parallel", processes=2)
+  assert sorted(parallel) == [0, 1]
+  assert parallel[0] != parallel[1]
+  assert draws("serial", processes=1) == parallel

@@ -6,6 +6,7 @@ benchmark-serving.
         --gin_param='MODEL_DIR="runs/mrpc"' --mode=train_and_eval
 """
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -309,7 +310,8 @@ def _prepare_commands(sub, add):
     if command.text_flags_default_length is not None:
       prepare_command.add_text_flags(parser,
                                      command.text_flags_default_length)
-    parser.set_defaults(func=command.run)
+    parser.set_defaults(
+        func=functools.partial(prepare_command.run_staged, command))
 
 
 def _tool_commands(sub, add):

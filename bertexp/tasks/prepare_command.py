@@ -110,6 +110,25 @@ def text_options(args) -> Dict[str, Any]:
               max_position_embeddings=positions)
 
 
+def run_staged(command, args):
+  """Runs `command` on `args`; a command with --output_dir writes into a
+  folder aside, whose files move into --output_dir only when the command
+  succeeds: a failure leaves --output_dir as it was (no new folder, no mix
+  of old and new files).
+
+  Args:
+    command: a PrepareCommand.
+    args: its parsed flags.
+  """
+  output_dir = getattr(args, "output_dir", None)
+  if output_dir is None:
+    return command.run(args)
+  from bertexp.util import fileio
+  with fileio.atomic_folder(output_dir) as staging:
+    return command.run(argparse.Namespace(**dict(vars(args),
+                                                 output_dir=staging)))
+
+
 def discover():
   """Every PrepareCommand of the modules bertexp/tasks/<task>/prepare.py, in
   task-folder order.

@@ -6,6 +6,7 @@ gives the same run on 2 mirrored replicas as on one."""
 import json
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -107,8 +108,8 @@ def test_prepare_reads_jsonl_and_swag_style_csv_alike(mc_data, tmp_path):
     ({"context": "it is fun", "choices": ["a", "b"], "label": 0},
      "bad.jsonl:2: 2 choices; every example needs the same number"),
     ({"context": "it is fun", "choices": ["a", "b", "c"], "label": 3},
-     "bad.jsonl:2: label 3 is neither a choice index 0-2 nor one of the "
-     "choices"),
+     "bad.jsonl:2: label 3 is neither a choice index 0-2, a letter A-C nor "
+     "one of the choices"),
     ({"context": "it is fun", "choices": "a b c", "label": 0},
      "bad.jsonl:2: expected 'choices' to be a list of texts"),
 ])
@@ -126,6 +127,35 @@ def test_bad_multiple_choice_files_are_one_line_errors(tmp_path, tiny_vocab,
                       id_column="id")
   assert str(error.value).startswith(f"{path.parent}/{message}")
   assert "\n" not in str(error.value)
+
+
+def _snapshot(folder):
+  return {name: open(os.path.join(folder, name), "rb").read()
+          for name in sorted(os.listdir(folder))}
+
+
+def test_a_failed_prepare_leaves_the_output_folder_as_it_was(mc_data,
+                                                             tmp_path):
+  """Re-preparing into a prepared folder with a bad eval file (its train
+  file fine, and different) changes nothing there, and a failure into a
+  new folder creates none: the files are written aside and move into place
+  only when every split was written (the train records had been replaced,
+  the meta data kept, before)."""
+  _, root = mc_data
+  shutil.copytree(root / "data", tmp_path / "data")
+  before = _snapshot(tmp_path / "data")
+  _write_jsonl(tmp_path / "train.jsonl", _examples(40, 7))
+  _write_jsonl(tmp_path / "eval.jsonl", _examples(3, 8) + [
+      {"context": "it is fun", "choices": ["a", "b", "c"], "label": 5}])
+  for output in ("data", "new"):
+    assert cli.main(["prepare", "multiple_choice",
+                     f"--train_file={tmp_path}/train.jsonl",
+                     f"--eval_file={tmp_path}/eval.jsonl",
+                     f"--vocab_file={root}/vocab.txt", "--max_seq_length=12",
+                     f"--output_dir={tmp_path}/{output}",
+                     "--task_name=mc"]) != 0
+  assert _snapshot(tmp_path / "data") == before
+  assert sorted(os.listdir(tmp_path)) == ["data", "eval.jsonl", "train.jsonl"]
 
 
 def _args(paths, model_dir, mode, **more):

@@ -5,7 +5,8 @@ Files are JSONL (`{"context": "...", "choices": ["...", ...], "label": 2}`)
 or CSV/TSV with one column per choice (`--choice_columns=ending0,ending1,...`,
 SWAG's layout; JSONL files of the same command read `--choices_column`). With `--question_column` each choice is read as
 "question choice" (RACE: the passage is the context). The label is the
-correct choice's index (0-based) or its text.
+correct choice's index (0-based), its text (as in the file, without the
+question) or its letter (A, B, ...: RACE).
 
 Each example becomes N packed sequences `[CLS] context [SEP] choice [SEP]`
 (the tokenizer's pair layout and longest-first truncation, as `prepare
@@ -51,17 +52,17 @@ def read_examples(path, *, context_column, choices_column, choice_columns,
     where = f"{path}:{number}"
     choices = _choices(record, choices_column,
                        None if jsonl else choice_columns, where)
-    question = _field(record, question_column, where) if question_column else ""
-    choices = [f"{question} {c}".strip() if question else c for c in choices]
     if count is None:
       count = len(choices)
     if len(choices) != count or count < 2:
       raise ValueError(f"{where}: {len(choices)} choices; every example "
                        f"needs the same number (at least 2; the first has "
                        f"{count})")
-    label = None
+    label = None      # a label given as text names the choice as written
     if label_column and record.get(label_column) not in (None, ""):
       label = _label(record[label_column], choices, where)
+    question = _field(record, question_column, where) if question_column else ""
+    choices = [f"{question} {c}".strip() if question else c for c in choices]
     example_id = str(record.get(id_column, len(examples)))
     examples.append((example_id, _field(record, context_column, where),
                      choices, label))
@@ -88,7 +89,8 @@ def _choices(record, choices_column, choice_columns, where):
 
 
 def _label(value, choices, where):
-  """The correct choice's index from an index (int or digits) or its text."""
+  """The correct choice's index from an index (int or digits), its text, or
+  its letter (A for the first choice: RACE's answers)."""
   if isinstance(value, str) and value.strip().lstrip("-").isdigit():
     value = int(value)
   if isinstance(value, int) and not isinstance(value, bool):
@@ -96,8 +98,16 @@ def _label(value, choices, where):
       return value
   elif isinstance(value, str) and value in choices:
     return choices.index(value)
+  elif isinstance(value, str) and value.strip() in _letters(len(choices)):
+    return _letters(len(choices)).index(value.strip())
   raise ValueError(f"{where}: label {value!r} is neither a choice index "
-                   f"0-{len(choices) - 1} nor one of the choices")
+                   f"0-{len(choices) - 1}, a letter "
+                   f"A-{_letters(len(choices))[-1]} nor one of the choices")
+
+
+def _letters(count):
+  """The choices' letters: A, B, ... (RACE's answer column)."""
+  return [chr(ord("A") + i) for i in range(min(count, 26))]
 
 
 def encode(tokenizer, examples, max_seq_length):
@@ -142,7 +152,7 @@ def prepare_multiple_choice(*, task_name, files, vocab_file, output_dir,
           "do_lower_case": do_lower_case, "vocab_size": len(tokenizer.vocab),
           "split_sizes": {}, "truncated_sequences": {},
           **tokenization.meta_fields(tokenizer_family, keep_accents)}
-  fileio.makedirs(output_dir)
+  splits = []           # every file read and checked before any is written
   for split, path in files:
     examples = read_examples(path, **columns)
     count = len(examples[0][2])
@@ -153,6 +163,9 @@ def prepare_multiple_choice(*, task_name, files, vocab_file, output_dir,
     if split != "test" and None in labels:
       raise ValueError(f"{path}: the {split} file needs a label for every "
                        f"example ({columns['label_column']!r})")
+    splits.append((split, examples, labels))
+  fileio.makedirs(output_dir)
+  for split, examples, labels in splits:
     features, truncated = encode(tokenizer, examples, max_seq_length)
     features["label_ids"] = np.array([-1 if l is None else l for l in labels])
     features["example_id"] = np.arange(len(examples))
@@ -182,7 +195,8 @@ def _arguments(parser):
   parser.add_argument("--question_column",
                       help="each choice is read as 'question choice' (RACE)")
   parser.add_argument("--label_column", default="label",
-                      help="the correct choice's index (0-based) or text")
+                      help="the correct choice's index (0-based), text or "
+                      "letter (A, B, ...)")
   parser.add_argument("--id_column")
 
 

@@ -20,6 +20,7 @@ from bertexp.train import stop_signals
 from bertexp.util import beam_io
 from bertexp.util import extras
 from bertexp.util import forked
+from bertexp.util import gin_text
 from bertexp.util import stderr_capture
 
 
@@ -502,12 +503,6 @@ def load_tensorflow_quietly():
     tf.config.list_physical_devices()
 
 
-def _user_message(error):
-  """The error's own message, without the line gin appends to errors raised
-  inside a configurable ("In call to configurable 'experiment' (...)")."""
-  return str(error).split("\n  In call to configurable")[0]
-
-
 def main(argv=None):
   """Runs one `bertexp` command.
 
@@ -542,7 +537,7 @@ def main(argv=None):
     # keeps its traceback.
     if args.debug:
       traceback.print_exc()
-    print(f"bertexp: error: {_user_message(e)}", file=sys.stderr)
+    print(f"bertexp: error: {gin_text.user_message(e)}", file=sys.stderr)
     return 2
   return 0
 

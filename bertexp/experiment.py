@@ -20,6 +20,7 @@ from bertexp.train import strategy as strategy_lib
 from bertexp.train import trainer as trainer_lib
 from bertexp.train import writer_lock
 from bertexp.util import fileio
+from bertexp.util import gin_text
 from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
@@ -254,8 +255,9 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
         task, train_batch_size=train_batch_size,
         accumulation_steps=accumulation_steps)
   except (FileNotFoundError, ValueError) as e:
-    memory, lines = {"memory_plan_unavailable": str(e)}, [
-        f"memory plan: unavailable ({e})"]
+    why = gin_text.user_message(e)
+    memory, lines = {"memory_plan_unavailable": why}, [
+        f"memory plan: unavailable ({why})"]
   result = dict(dataclasses.asdict(schedule), **memory,
                 global_batch_size=train_batch_size,
                 train_data_size=task.num_train_examples(), seed=seed)

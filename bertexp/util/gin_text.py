@@ -1,5 +1,6 @@
-"""Reading a run's written gin files (config.gin, operative_config.gin)
-without parsing them: what another command needs from a finished run."""
+"""Gin's text without gin: a run's written gin files (config.gin,
+operative_config.gin) read without parsing them (what another command needs
+from a finished run), and error messages without gin's additions."""
 import re
 from typing import Dict
 
@@ -11,3 +12,10 @@ def string_macros(text: str) -> Dict[str, str]:
   unwrapped = re.sub(r"\\\n\s*", "", text)
   return dict(re.findall(r"^\s*(\w+)\s*=\s*['\"](.*?)['\"]\s*$", unwrapped,
                          flags=re.M))
+
+
+def user_message(error: BaseException) -> str:
+  """The error's own message, without the line gin appends to errors raised
+  inside a configurable ("In call to configurable 'experiment' (<function
+  ... at 0x...>)")."""
+  return str(error).split("\n  In call to configurable")[0]

@@ -129,6 +129,19 @@ def test_bad_multiple_choice_files_are_one_line_errors(tmp_path, tiny_vocab,
   assert "\n" not in str(error.value)
 
 
+def test_plan_says_in_one_line_why_it_has_no_memory_plan(mc_data, tmp_path,
+                                                         capsys):
+  """--mode=plan prints the schedule and, for this task, why the memory
+  plan is missing, without gin's internals ("In call to configurable
+  'memory_report' (<function ... at 0x...>)")."""
+  paths, _ = mc_data
+  assert cli.main(_args(paths, str(tmp_path / "run"), "plan")) == 0
+  printed = capsys.readouterr().out
+  assert ("memory plan: unavailable (the memory plan does not cover multiple "
+          "choice (N sequences per example))\n") in printed, printed
+  assert "configurable" not in printed and " at 0x" not in printed
+
+
 def _snapshot(folder):
   return {name: open(os.path.join(folder, name), "rb").read()
           for name in sorted(os.listdir(folder))}
@@ -190,6 +203,27 @@ def test_multiple_choice_learns_which_ending_is_right_and_predicts(
     _, choice, *probabilities = row.split("\t")
     assert len(probabilities) == CHOICES
     assert int(choice) == int(np.argmax([float(p) for p in probabilities]))
+
+
+def test_predictor_misuse_is_one_line_naming_what_to_do(mc_run):
+  """Another number of choices than trained with, contexts with unequal
+  choices, and predict() on a multiple-choice model are one-line errors
+  (the first was TensorFlow's 40-line traceback; the last pointed to
+  pairs)."""
+  _, model_dir = mc_run
+  predictor = bertexp.Predictor(model_dir)
+  for call, message in (
+      (lambda: predictor.choose("it is fun", ["good", "bad"]),
+       r": choices: expected 3 per context$"),
+      (lambda: predictor.choose(["it is fun", "dull ."],
+                                [["a", "b", "c"], ["a", "b"]]),
+       r"^context 1 has 2 choices, context 0 3"),
+      (lambda: predictor.predict(["it is fun"]),
+       r"this model reads \['choices', 'context'\], not texts or pairs: "
+       r"use choose\(\)$")):
+    with pytest.raises(ValueError, match=message) as error:
+      call()
+    assert "\n" not in str(error.value)
 
 
 def test_served_choices_equal_the_predictor_and_the_predict_files(mc_run):

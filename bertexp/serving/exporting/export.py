@@ -13,6 +13,7 @@ question answering `question` + `context` [B] -> answer [B] text, score
 it needs `import tensorflow_text` (for the tokenizer op), not bertexp.
 """
 import logging
+import re
 import time
 
 import tensorflow as tf
@@ -41,6 +42,15 @@ class _ServingModule(tf.Module):
 # What bertexp reads back from an export besides the SavedModel, in TF
 # Serving's folder for extra files (which the server itself ignores).
 EXPORT_INFO = fileio.join("assets.extra", "bertexp.json")
+
+
+def graph_refusal(error):
+  """One line for a tf.errors.InvalidArgumentError from a signature: the
+  message of the graph's own check (`tf.debugging.assert_*`, e.g. "choices:
+  expected 3 per context"), else the error's first line."""
+  refused = re.search(r"assertion failed: \[([^\]]*)\]", error.message)
+  return (refused.group(1) if refused else
+          error.message.strip().splitlines()[0])
 
 
 def write_export_info(task, export_dir):

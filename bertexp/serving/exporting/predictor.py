@@ -108,13 +108,23 @@ class Predictor:
     return functools.partial(methods[name], self)
 
   def run(self, columns):
-    """{input name: [str]} -> {output name: numpy array}, batch by batch."""
+    """{input name: [str]} -> {output name: numpy array}, batch by batch.
+
+    Raises:
+      ValueError: the model's graph refused the inputs (its own check, e.g.
+        another number of choices than it was trained with), in one line.
+    """
     size = len(next(iter(columns.values())))
     pieces = {}
     for start in range(0, size, self.batch_size):
       batch = {k: tf.constant(v[start:start + self.batch_size], tf.string)
                for k, v in columns.items()}
-      for name, value in self._serve(**batch).items():
+      try:
+        outputs = self._serve(**batch)
+      except tf.errors.InvalidArgumentError as e:
+        raise ValueError(f"{self.export_dir}: {export.graph_refusal(e)}") \
+            from None
+      for name, value in outputs.items():
         pieces.setdefault(name, []).append(value.numpy())
     return {name: [x for part in parts for x in part]
             for name, parts in pieces.items()}
@@ -124,6 +134,11 @@ class Predictor:
     if self.inputs == ["context", "question"]:
       raise ValueError("a question-answering model: use answer(question, "
                        "context)")
+    if self.inputs not in (["text"], ["text_a", "text_b"]):
+      offered = ", ".join(f"{name}()" for name in sorted(self._methods))
+      raise ValueError(f"{self.export_dir}: this model reads {self.inputs}, "
+                       "not texts or pairs: use "
+                       f"{offered or 'run(columns)'}")
     rows = list(rows)
     if self.inputs == ["text"]:
       columns = {"text": [_text(r, f"row {i}") for i, r in enumerate(rows)]}

@@ -3,11 +3,11 @@ inputs must pass, and the call.
 
 Shape legend: B batch (rows of a request), S sequence length.
 """
-import re
 
 import numpy as np
 import tensorflow as tf
 
+from bertexp.serving.exporting import export
 from bertexp.serving.server.errors import ServingError
 from bertexp.util import fileio
 
@@ -42,9 +42,7 @@ class Signature:
       outputs = self.function(**{k: tf.constant(v, self.inputs[k].dtype)
                                  for k, v in inputs.items()})
     except tf.errors.InvalidArgumentError as e:
-      refused = re.search(r"assertion failed: \[([^\]]*)\]", e.message)
-      raise ServingError("INVALID_ARGUMENT", refused.group(1) if refused else
-                         e.message.strip().splitlines()[0]) from None
+      raise ServingError("INVALID_ARGUMENT", export.graph_refusal(e)) from None
     return {k: v.numpy() for k, v in outputs.items()}
 
 

@@ -122,6 +122,10 @@ def choose(predictor, context, choices):
   if len(contexts) != len(options):
     raise ValueError(f"{len(contexts)} contexts but {len(options)} lists of "
                      "choices")
+  for i, listed in enumerate(options):
+    if len(listed) != len(options[0]):
+      raise ValueError(f"context {i} has {len(listed)} choices, context 0 "
+                       f"{len(options[0])}: every context needs as many")
   out = predictor.run({"context": contexts, "choices": options})
   rows = [{"choice": int(out["choice"][i]),
            "text": options[i][int(out["choice"][i])],

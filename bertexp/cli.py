@@ -172,16 +172,25 @@ def normalise_flag_spelling(argv):
   return normalised
 
 
+class _WholeFlagNames(argparse.ArgumentParser):
+  """argparse with abbreviations off (and so every subcommand's parser):
+  `--choice_column` is an unknown flag, not `--choice_columns`."""
+
+  def __init__(self, *args, **kwargs):
+    kwargs.setdefault("allow_abbrev", False)
+    super().__init__(*args, **kwargs)
+
+
 def build_parser():
   """The `bertexp` argument parser with every subcommand."""
   from bertexp import __version__
-  common = argparse.ArgumentParser(add_help=False)
+  common = _WholeFlagNames(add_help=False)
   common.add_argument("--debug", action="store_true",
                       help="print the full traceback of any error")
   common.add_argument("--verbose", action="store_true",
                       help="keep TensorFlow's start-up messages")
-  parser = argparse.ArgumentParser(prog="bertexp", description=__doc__,
-                                   formatter_class=argparse.RawTextHelpFormatter)
+  parser = _WholeFlagNames(prog="bertexp", description=__doc__,
+                           formatter_class=argparse.RawTextHelpFormatter)
   parser.add_argument("--version", action="version",
                       version=f"bertexp {__version__}")
   sub = parser.add_subparsers(dest="command", required=True)

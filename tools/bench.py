@@ -354,7 +354,7 @@ def bench_squad(vocab_file, dev_file):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--shapes", default="tiny,base")
   parser.add_argument("--precisions", default="float32,mixed_bfloat16")
   parser.add_argument("--windows", type=int, default=5)

@@ -91,7 +91,7 @@ def _measure(tmp, name, megabytes, files, options):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
   parser.add_argument("--megabytes", type=float, default=64)
   parser.add_argument("--small_megabytes", type=float, default=4)
   parser.add_argument("--files", type=int, default=8)

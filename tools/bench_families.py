@@ -111,7 +111,7 @@ def measure(family, precision, args, tmp):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--rounds", type=int, default=2)
   parser.add_argument("--families", default=",".join(SHAPES))

@@ -137,7 +137,7 @@ def capacity_table():
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--configs", default="tiny-128,tiny-512,minilm-128,"
                       "minilm-512,base-128,base-512,deberta-128,deberta-512,"
                       "mobilebert-128,mobilebert-512")

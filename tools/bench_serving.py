@@ -31,7 +31,7 @@ def _bertexp(*args):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--run", default=os.path.join(REPO, "runs", "demo"))
   parser.add_argument("--calls", type=int, default=200)
   parser.add_argument("--lengths", default="16,128")

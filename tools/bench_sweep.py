@@ -56,7 +56,7 @@ def _sweep(root, name, workers, args, trials):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
   parser.add_argument("--trials", type=int, default=12)
   parser.add_argument("--steps", type=int, default=40)
   args = parser.parse_args()

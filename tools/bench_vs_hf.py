@@ -176,7 +176,7 @@ def compare(task, label, cases, args):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--rounds", type=int, default=2)
   parser.add_argument("--multiple", type=int, default=1,

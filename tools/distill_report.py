@@ -104,7 +104,7 @@ def report(teacher, rows, meta_path, batch=32, calls=40):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   sub = parser.add_subparsers(dest="command", required=True)
   config = sub.add_parser("student-config")
   config.add_argument("--layers", type=int, required=True)

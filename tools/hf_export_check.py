@@ -19,7 +19,7 @@ from transformers import BertForSequenceClassification, BertTokenizer
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--hf_dir", required=True)
   parser.add_argument("--tsv", required=True, help="the predicted file")
   parser.add_argument("--column", default="sentence")

@@ -48,7 +48,7 @@ def save_random(config_file, model_dir):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--model_dir", required=True)
   parser.add_argument("--batches")
   parser.add_argument("--precision", default="float32",

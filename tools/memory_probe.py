@@ -104,7 +104,7 @@ def probe(args):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   for name, default in (("layers", 2), ("hidden", 128), ("heads", 2),
                         ("intermediate", 512), ("vocab", 30522), ("seq", 128),
                         ("batch", 8), ("steps", 2), ("threads", 2)):

@@ -129,7 +129,7 @@ def _types(runs):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__,
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
   make = sub.add_parser("zh-data")

@@ -89,7 +89,7 @@ def op_type_times(fn, calls=5):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--precision", default="mixed_bfloat16")
   parser.add_argument("--seq", type=int, default=48)
   parser.add_argument("--windows", type=int, default=5)

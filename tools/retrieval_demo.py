@@ -222,7 +222,7 @@ def table(results):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
   parser.add_argument("--seeds", default="1,2,3")
   parser.add_argument("--train_pairs", type=int, default=3200)
   parser.add_argument("--dev_questions", type=int, default=2000)

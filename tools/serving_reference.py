@@ -32,7 +32,7 @@ def latency(call, inputs, calls, warmup):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__)
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
   parser.add_argument("--hf_dir", required=True)
   parser.add_argument("--lengths", default="16,128")
   parser.add_argument("--calls", type=int, default=200)

@@ -117,7 +117,7 @@ def timeline(rows, step=60):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
   parser.add_argument("log", nargs="?", default=LOG)
   parser.add_argument("--top", type=int, default=25)
   args = parser.parse_args()

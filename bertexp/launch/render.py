@@ -16,11 +16,14 @@ needs no edit for the platform.
 """
 import dataclasses
 import json
+import os
 import re
 import shlex
 from typing import Optional, Tuple
 
 import yaml
+
+from bertexp import gin_setup
 
 AUTO_STRATEGY = 'bertexp.make_strategy.kind="auto"'
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -42,7 +45,9 @@ class LaunchProfile:
     machine_type, accelerator_type: Vertex AI's machine of each worker.
     tpu_name, zone: the Cloud TPU VM.
   Raises:
-    ValueError: a name that is not a DNS label, or fewer than 1 worker.
+    ValueError: a name that is not a DNS label, fewer than 1 worker, or a
+      gin file that is neither here nor shipped (the workers run the same
+      files: the image is built from this checkout or package).
   """
   name: str
   workers: int
@@ -65,6 +70,12 @@ class LaunchProfile:
                        "(at most 40)")
     if self.workers < 1:
       raise ValueError(f"--workers={self.workers}: at least 1")
+    for path in self.gin_files:
+      if "://" not in path and not os.path.exists(
+          gin_setup.resolve_gin_file(path)):
+        raise ValueError(f"--gin_file={path}: no such file here nor among "
+                         "the shipped experiments and gin fragments; every "
+                         "worker would fail at its start")
 
   def train_args(self):
     """`bertexp train`'s arguments on every worker."""

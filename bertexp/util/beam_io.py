@@ -66,7 +66,8 @@ def pipeline_options(text):
   No --runner, or --runner=DirectRunner, runs LOCAL_RUNNER.
 
   Raises:
-    ValueError: the string does not split (an unclosed quote).
+    ValueError: the string does not split (an unclosed quote), or names an
+      option no installed Beam runner knows (a typo Beam would drop).
   """
   from apache_beam.options import pipeline_options as options_lib
   try:
@@ -74,10 +75,38 @@ def pipeline_options(text):
   except ValueError as e:
     raise ValueError(f"--beam_options {text!r}: {e}") from None
   options = options_lib.PipelineOptions(flags)
+  _check_known(options)
   standard = options.view_as(options_lib.StandardOptions)
   if standard.runner in (None, "DirectRunner", "direct"):
     standard.runner = LOCAL_RUNNER
   return options
+
+
+def _check_known(options):
+  """Beam keeps an option it does not know and drops it with a log line:
+  `--direct_num_worker=2` would run one worker without a word.
+
+  Raises:
+    ValueError: naming each unknown option, with the nearest known name.
+  """
+  import difflib
+  notices = logging.getLogger("apache_beam.options.pipeline_options")
+  level = notices.level
+  notices.setLevel(logging.ERROR)    # "Discarding unparseable args": ours
+  try:
+    known = options.get_all_options()
+    given = options.get_all_options(retain_unknown_options=True)
+  finally:
+    notices.setLevel(level)
+  unknown = sorted(set(given) - set(known))
+  if unknown:
+    hints = []
+    for name in unknown:
+      near = difflib.get_close_matches(name, list(known), n=1)
+      hints.append(f"--{name}" + (f" (did you mean --{near[0]}?)" if near
+                                  else ""))
+    raise ValueError(f"--beam_options: unknown Beam option(s) "
+                     f"{', '.join(hints)}")
 
 
 def match_files(patterns):

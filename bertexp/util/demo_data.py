@@ -355,7 +355,7 @@ def zh_report(runs="runs", seeds=(1, 2, 3)):
 
 def main():
   """The command line (see the module docstring)."""
-  parser = argparse.ArgumentParser(description=__doc__,
+  parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
   sub.add_parser("fetch")

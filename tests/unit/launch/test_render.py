@@ -159,6 +159,8 @@ def test_one_process_alone_has_no_cluster_strategy():
 @pytest.mark.parametrize("change,message", [
     (dict(name="MNLI_run"), "a job name is lower-case"),
     (dict(workers=0), "at least 1"),
+    (dict(gin_files=("glue/mnli_base.gin", "glue/nonexist.gin")),
+     "^--gin_file=glue/nonexist.gin: no such file here nor among the shipped"),
 ])
 def test_bad_profiles_are_clear_errors(change, message):
   with pytest.raises(ValueError, match=message):

@@ -128,3 +128,18 @@ def test_version_flag_spellings_and_defaults_in_help(capsys):
     with pytest.raises(SystemExit):
       cli.main(command + ["--help"])
     assert shown in capsys.readouterr().out, command
+
+
+@pytest.mark.parametrize("argv", [
+    ["prepare", "multiple_choice", "--train_file=a.csv", "--eval_file=b.csv",
+     "--task_name=t", "--output_dir=o", "--vocab_file=v.txt",
+     "--choice_column=a,b"],
+    ["train", "--gin_file=glue/mrpc_gpu.gin", "--gin_para=SEED=1"],
+    ["sweep", "--gin_file=x.gin", "--output_dir=runs/s", "--paralle=2"]])
+def test_an_abbreviated_flag_is_refused_not_completed(argv, capsys):
+  """argparse completes a unique prefix (--choice_column meant
+  --choice_columns); every command takes whole flag names only."""
+  with pytest.raises(SystemExit) as done:
+    cli.build_parser().parse_args(argv)
+  assert done.value.code == 2
+  assert "unrecognized arguments: " + argv[-1] in capsys.readouterr().err

@@ -52,3 +52,16 @@ def test_the_local_runner_is_the_fn_api_runner_unless_another_is_named(
   assert options.view_as(StandardOptions).runner == runner
   if "direct_num_workers" in flags:
     assert options.view_as(DirectOptions).direct_num_workers == 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    ("--direct_num_worker=2",
+     "--direct_num_worker (did you mean --direct_num_workers?)"),
+    ("--direct_num_workers=2 --no_such_beam_flag=1 --temp_location=/tmp",
+     "--no_such_beam_flag")])
+def test_an_option_beam_does_not_know_is_refused_not_dropped(flags, message):
+  """Beam drops an unknown option with a log line (a typo ran one worker
+  instead of two): naming it, with the nearest known name."""
+  with pytest.raises(ValueError) as error:
+    beam_io.pipeline_options(flags)
+  assert str(error.value) == f"--beam_options: unknown Beam option(s) {message}"

@@ -40,13 +40,24 @@ def add_runner_flags(parser):
 
 
 def require_beam():
-  """The apache_beam module.
+  """The apache_beam module, imported without its import-time notices
+  (Google Cloud client libraries it did not find: "apitools not found",
+  "No module named google.cloud.bigquery_storage_v1"), which name nothing
+  a bertexp pipeline uses.
 
   Raises:
     extras.MissingDependency: Beam is not installed (names the extra).
   """
-  return extras.require("apache_beam", "pip install 'bertexp[beam]'",
-                        "--runner=beam")
+  loggers = [logging.getLogger(), logging.getLogger("apache_beam")]
+  levels = [logger.level for logger in loggers]
+  for logger in loggers:
+    logger.setLevel(logging.ERROR)
+  try:
+    return extras.require("apache_beam", "pip install 'bertexp[beam]'",
+                          "--runner=beam")
+  finally:
+    for logger, level in zip(loggers, levels):
+      logger.setLevel(level)
 
 
 # The local runner: Beam's DirectRunner would first fetch its Prism runner
@@ -69,6 +80,7 @@ def pipeline_options(text):
     ValueError: the string does not split (an unclosed quote), or names an
       option no installed Beam runner knows (a typo Beam would drop).
   """
+  require_beam()
   from apache_beam.options import pipeline_options as options_lib
   try:
     flags = shlex.split(text or "")

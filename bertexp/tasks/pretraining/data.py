@@ -449,28 +449,45 @@ def _bounded_in_order(pool, tasks, window):
     yield pending.popleft().get()
 
 
-class _Progress:
-  def __init__(self, total_bytes):
+class Progress:
+  """MB/s of `prepare pretraining`. On a terminal one line rewritten twice a
+  second; in a log file or pipe a whole line every `log_seconds` (a
+  carriage return there runs the updates into one line).
+
+  Args:
+    total_bytes: the corpus size.
+    stream: where to write (sys.stderr).
+    log_seconds: seconds between lines when `stream` is no terminal.
+  """
+
+  def __init__(self, total_bytes, stream=None, log_seconds=30.0):
     self.total, self.start, self.last = total_bytes, time.time(), 0.0
+    self.stream = stream or sys.stderr
+    self.terminal = self.stream.isatty()
+    self.interval = 0.5 if self.terminal else log_seconds
     self.open_line = False
 
   def end_line(self):
     """Ends a progress line left open (before an error is printed)."""
     if self.open_line:
-      sys.stderr.write("\n")
+      self.stream.write("\n")
       self.open_line = False
 
   def update(self, done_bytes, instances, final=False):
     now = time.time()
-    if not final and now - self.last < 0.5:
+    if not final and now - self.last < self.interval:
       return
     self.last = now
     rate = done_bytes / 1e6 / max(now - self.start, 1e-9)
-    sys.stderr.write(f"\rprepare pretraining: {done_bytes / 1e6:.1f}/"
-                     f"{self.total / 1e6:.1f} MB, {instances:,} instances, "
-                     f"{rate:.2f} MB/s" + ("\n" if final else ""))
-    sys.stderr.flush()
-    self.open_line = not final
+    line = (f"prepare pretraining: {done_bytes / 1e6:.1f}/"
+            f"{self.total / 1e6:.1f} MB, {instances:,} instances, "
+            f"{rate:.2f} MB/s")
+    if self.terminal:
+      self.stream.write("\r" + line + ("\n" if final else ""))
+      self.open_line = not final
+    else:
+      self.stream.write(line + "\n")
+    self.stream.flush()
 
 
 def add_counts(total, counts):
@@ -528,7 +545,7 @@ def prepare_pretraining(*, input_files, output_file, options, num_workers=None,
   if os.path.dirname(output_file):
     fileio.makedirs(os.path.dirname(output_file))
   writer = records.RecordWriter(output_file)
-  counts, progress_bar = {}, _Progress(total) if progress else None
+  counts, progress_bar = {}, Progress(total) if progress else None
   start = time.time()
   tasks = ((chunk, chunk_seed(options.random_seed, file_index, chunk_index),
             bytes_read) for file_index, chunk_index, chunk, bytes_read

@@ -1,8 +1,10 @@
 """`bertexp prepare pretraining` and `build-vocab`: masking statistics,
 whole-word masking (English pieces, jieba words), NSP balance, determinism
 and clear errors, on generated corpora."""
+import io
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -335,3 +337,24 @@ def test_build_vocab_reserved_first_deterministic_cjk(tmp_path):
   assert cli.main(["build-vocab", f"--input_file={empty}", "--vocab_size=100",
                    f"--output={tmp_path}/v.txt"]) == 2
   assert not (tmp_path / "v.txt").exists()
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+@pytest.mark.parametrize("stream, expected", [
+    (io.StringIO(), "prepare pretraining: 1.0/2.0 MB, 5 instances, {r}\n"
+                    "prepare pretraining: 2.0/2.0 MB, 1,200 instances, {r}\n"),
+    (_Terminal(), "\rprepare pretraining: 1.0/2.0 MB, 5 instances, {r}"
+                  "\rprepare pretraining: 2.0/2.0 MB, 1,200 instances, {r}\n")])
+def test_progress_lines_are_whole_lines_unless_on_a_terminal(stream,
+                                                             expected):
+  """In a log file or a pipe each update is a line of its own (carriage
+  returns ran them into one line); a terminal keeps one line rewritten."""
+  progress = pretraining.Progress(2e6, stream=stream, log_seconds=0)
+  progress.update(1e6, 5)
+  progress.update(2e6, 1200, final=True)
+  written = re.sub(r"\d+\.\d\d MB/s", "{r}", stream.getvalue())
+  assert written == expected

@@ -65,3 +65,19 @@ def test_an_option_beam_does_not_know_is_refused_not_dropped(flags, message):
   with pytest.raises(ValueError) as error:
     beam_io.pipeline_options(flags)
   assert str(error.value) == f"--beam_options: unknown Beam option(s) {message}"
+
+
+def test_beam_is_imported_without_its_cloud_library_notices():
+  """Beam's import logs that Google Cloud client libraries are missing
+  ("apitools not found", "No module named google.cloud..."): require_beam
+  keeps those out of a command's output (a fresh process: Beam is
+  imported once)."""
+  import subprocess
+  import sys
+  code = ("import logging; logging.basicConfig(level=logging.INFO); "
+          "from bertexp.util import beam_io; beam_io.require_beam(); "
+          "logging.info('after the import')")
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                        text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stderr == "INFO:root:after the import\n"

@@ -173,6 +173,16 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
     return _plan(task, derived, sched.train_batch_size,
                  opts.gradient_accumulation_steps, run.seed)
   strategy, precision, jit_compile = _start_runtime(mode, run)
+  with strategy_lib.leaving_together(strategy):
+    return _run(mode, task, model_dir, config_text, settings, derived,
+                strategy, precision, jit_compile)
+
+
+def _run(mode, task, model_dir, config_text, settings, derived, strategy,
+         precision, jit_compile):
+  """experiment()'s mode on its strategy: what the mode produced."""
+  sched, opts = settings.schedule, settings.steps
+  ckpts, run = settings.checkpoints, settings.runtime
   fileio.makedirs(model_dir)
   if config_text is not None and not modes.trains(mode):
     fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)

@@ -6,6 +6,7 @@
     make_strategy(kind="mirrored", cpu_replicas=8)  # a TPU/GPU job on a laptop
     make_strategy(kind="auto")   # what the platform's environment says
 """
+import contextlib
 import json
 import logging
 import os
@@ -199,6 +200,20 @@ def chief_value(strategy, value):
       lambda context: tf.constant(
           value if context.replica_id_in_sync_group == 0 else 0, tf.int32))
   return int(strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None))
+
+
+@contextlib.contextmanager
+def leaving_together(strategy):
+  """Ends the block on every worker together: when it succeeds, a
+  collective waits until every worker is done. A worker that left while
+  the chief still evaluated or wrote its files stopped sending heartbeats,
+  and the chief logged "StartAbort UNAVAILABLE ... The tasks have crashed"
+  at the end of a successful run. A failing block is not waited for (its
+  error ends the run)."""
+  yield
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    chief_value(strategy, 0)
+    logging.info("every worker is done")
 
 
 @gin.configurable(module="bertexp")

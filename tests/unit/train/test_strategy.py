@@ -203,3 +203,52 @@ def test_bfloat16_on_cpu_under_a_onednn_cap_without_it_is_refused(monkeypatch):
         "mixed_bfloat16", False)
   finally:
     strategy.configure_numerics("float32")
+
+
+# Two localhost workers: a collective, then the chief spends SECONDS more
+# in the block than worker 1 (as a chief evaluating or writing its files at
+# the end of a run), then each prints when it left and exits as `bertexp`
+# does (os._exit).
+_LEAVING = """
+import json, os, sys, time
+import tensorflow as tf
+from bertexp.train import strategy as strategy_lib
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy_lib.leaving_together(strategy):
+  assert strategy_lib.chief_value(strategy, 7 + index) == 7
+  if index == 0:
+    time.sleep(float(sys.argv[1]))
+print("left at", time.time(), flush=True)
+os._exit(0)
+"""
+
+
+def test_workers_leave_together_so_the_chief_sees_no_crashed_peer():
+  """Worker 1 waits for the chief before it exits; leaving 12 s earlier,
+  its missing heartbeats made the chief log "StartAbort UNAVAILABLE ...
+  The tasks have crashed" (after ~9 s) at the end of a successful run. The
+  chief's draw is every worker's value."""
+  import json
+  import forked_python
+  from bertexp.launch.local import free_ports
+  seconds = 12.0
+  cluster = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+  workers = [forked_python.popen(
+      ["-c", _LEAVING, str(seconds)], env=dict(os.environ, TF_CONFIG=json.dumps(
+          {"cluster": cluster, "task": {"type": "worker", "index": i}})),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+  outputs = []
+  try:
+    for worker in workers:
+      output, _ = worker.communicate(timeout=300)
+      assert worker.returncode == 0, output[-3000:]
+      outputs.append(output)
+  finally:
+    for worker in workers:
+      worker.kill()
+  left = [float(o.split("left at ")[1].split()[0]) for o in outputs]
+  assert abs(left[0] - left[1]) < seconds / 4, left
+  assert "StartAbort" not in outputs[0] and "crashed" not in outputs[0], (
+      outputs[0][-3000:])

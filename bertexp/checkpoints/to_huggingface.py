@@ -111,6 +111,9 @@ class HeadMapping:
   """How a task's fine-tuning head goes to transformers: one dense layer.
 
   Attributes:
+    task: the gin name of the task that trains it
+      ("bertexp.ClassificationTask"): a run's checkpoint is read for the
+      heads of the tasks its config.gin refers to.
     layer: the head layer's attribute on the task's model, which names its
       variables in a training checkpoint (`model/<layer>/kernel`).
     hf_module: transformers' module for it ("classifier", "qa_outputs").
@@ -121,10 +124,34 @@ class HeadMapping:
       "names_or_regression" (as "names"; one output is problem_type
       "regression").
   """
+  task: str
   layer: str
   hf_module: str
   architecture: str
   labels: str = "none"
+
+
+def _run_heads(run_folder, heads):
+  """The heads a run's checkpoint may hold: those of the tasks its
+  config.gin refers to (its task; a distillation's student task), so that
+  another task's head layer of the same name (a plugin's `scorer`) is never
+  taken for a shipped task's. Every head for a checkpoint without its run's
+  config.gin (a bare prefix)."""
+  config = run_folder and fileio.join(run_folder, "config.gin")
+  if not config or not tf.io.gfile.exists(config):
+    return tuple(heads)
+  referenced = gin_text.references(fileio.read_text(config))
+  return tuple(h for h in heads if gin_text.refers_to(referenced, h.task))
+
+
+def _layers_left_out(shapes, prefix, head):
+  """The model's top-level layers in the checkpoint besides the encoder
+  and the exported head (a plugin's head, pretraining's MLM and NSP)."""
+  if prefix != "model/encoder/":
+    return []
+  layers = {name.split("/")[1] for name in shapes
+            if name.startswith("model/") and name.endswith(_SUFFIX)}
+  return sorted(layers - {"encoder", head and head.layer})
 
 
 def _head(reader, heads):
@@ -222,7 +249,7 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
     bert_config_file, vocab_file: override what the run's config.gin says
       (vocab_file: WordPiece vocab.txt or the family's SentencePiece model).
     heads: the HeadMappings the tasks declare; the checkpoint's head is
-      the one whose layer it holds.
+      the one whose layer it holds, among those of the run's tasks.
     extra_files: functions (checkpoint reader, encoder config) -> {path in
       the folder: text} the tasks declare (e.g. an embedding model's
       sentence-transformers files); each gives {} for a checkpoint that is
@@ -247,7 +274,7 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
             else "encoder/")
   if not any(k.startswith(prefix) for k in shapes):
     raise ValueError(f"{checkpoint}: holds no bertexp encoder")
-  head_mapping, head = _head(reader, heads)
+  head_mapping, head = _head(reader, _run_heads(run_folder, heads))
   tensors = model_tensors(
       family, encoder_tensors(checkpoint, prefix, config, bert_config_file),
       head_mapping, head)
@@ -272,8 +299,11 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
         fileio.makedirs(fileio.join(tmp, *name.split("/")[:-1]))
         fileio.write_text(fileio.join(tmp, name), text)
   architecture = values["architectures"][0]
+  left_out = _layers_left_out(shapes, prefix, head_mapping)
   print(f"wrote {architecture} ({len(tensors)} tensors) from {checkpoint} to "
-        f"{output_dir}", flush=True)
+        f"{output_dir}" + (f"; not exported (no task of the run declares "
+                           f"them for transformers): {', '.join(left_out)}"
+                           if left_out else ""), flush=True)
   return architecture, tensors
 
 

@@ -2,7 +2,7 @@
 operative_config.gin) read without parsing them (what another command needs
 from a finished run), and error messages without gin's additions."""
 import re
-from typing import Dict
+from typing import Dict, Set
 
 
 def string_macros(text: str) -> Dict[str, str]:
@@ -19,3 +19,15 @@ def user_message(error: BaseException) -> str:
   inside a configurable ("In call to configurable 'experiment' (<function
   ... at 0x...>)")."""
   return str(error).split("\n  In call to configurable")[0]
+
+
+def references(text: str) -> Set[str]:
+  """The configurables gin text refers to (`@bertexp.ClassificationTask()`
+  -> "bertexp.ClassificationTask"), as written."""
+  return set(re.findall(r"@([\w.]+)\(\)", text))
+
+
+def refers_to(referenced: Set[str], name: str) -> bool:
+  """Whether `name` ("module.Class") is among `referenced` (from
+  `references`), which may name it with its module or without."""
+  return name in referenced or name.rsplit(".", 1)[-1] in referenced

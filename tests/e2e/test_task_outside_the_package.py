@@ -92,6 +92,27 @@ def test_the_outside_task_export_is_served_and_read_by_the_predictor(
                              [row["probabilities"] for row in rows], atol=1e-5)
 
 
+def test_a_head_named_like_a_shipped_tasks_is_not_exported_as_that_task(
+    plugin_run, tmp_path, capsys):
+  """The plugin's head layer is `scorer`, the name of the multiple-choice
+  task's head: the exporter reads the run's own task from its config.gin,
+  so the folder is the encoder (BertModel), and the line says the head was
+  left out (it was written as BertForMultipleChoice before)."""
+  from safetensors.numpy import load_file
+  output = tmp_path / "hf"
+  assert cli.main(["convert-checkpoint", "--to=huggingface",
+                   f"--input={plugin_run['MODEL_DIR']}",
+                   f"--output={output}"]) == 0
+  config = json.load(open(output / "config.json"))
+  assert config["architectures"] == ["BertModel"]
+  assert "num_labels" not in config
+  assert not any(name.startswith("classifier")
+                 for name in load_file(str(output / "model.safetensors")))
+  assert capsys.readouterr().out.rstrip().endswith(
+      "not exported (no task of the run declares them for transformers): "
+      "scorer")
+
+
 def test_the_architecture_page_shows_exactly_the_task_these_tests_run():
   """docs/architecture.md's complete example is this plugin's module and
   gin file, character for character: the page's code is what runs here."""

@@ -82,7 +82,7 @@ def _class_weights(setting, meta, path):
 
 # modeling.ClassifierModel's `classifier` -> BertForSequenceClassification.
 HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
-    layer="classifier", hf_module="classifier",
+    task="bertexp.ClassificationTask", layer="classifier", hf_module="classifier",
     architecture="ForSequenceClassification", labels="names_or_regression"),)
 
 

@@ -33,7 +33,7 @@ _INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 # MultipleChoiceModel's `scorer` (one score per pooled pair) ->
 # BertForMultipleChoice's `classifier`.
 HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
-    layer="scorer", hf_module="classifier",
+    task="bertexp.MultipleChoiceTask", layer="scorer", hf_module="classifier",
     architecture="ForMultipleChoice"),)
 
 

@@ -30,7 +30,7 @@ from bertexp.util import fileio
 
 # SpanModel's `span_head` -> BertForQuestionAnswering's `qa_outputs`.
 HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
-    layer="span_head", hf_module="qa_outputs",
+    task="bertexp.QuestionAnsweringTask", layer="span_head", hf_module="qa_outputs",
     architecture="ForQuestionAnswering"),)
 
 

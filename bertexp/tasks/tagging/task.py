@@ -33,7 +33,7 @@ _PER_TOKEN = ("label_ids", "piece_label_ids", "word_index")
 
 # TaggingModel's `tagger` -> BertForTokenClassification (id2label: tags).
 HUGGINGFACE_HEADS = (to_huggingface.HeadMapping(
-    layer="tagger", hf_module="classifier",
+    task="bertexp.TaggingTask", layer="tagger", hf_module="classifier",
     architecture="ForTokenClassification", labels="names"),)
 
 

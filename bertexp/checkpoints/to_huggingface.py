@@ -49,11 +49,12 @@ def _checkpoint_prefix(path):
 
 
 def _macro(run_folder, name):
-  """A string macro's value in the run's config.gin, else None."""
+  """A string macro's path in the run's config.gin (a relative one joined
+  to the folder the run was started from), else None."""
   config = fileio.join(run_folder, "config.gin")
   if not tf.io.gfile.exists(config):
     return None
-  return gin_text.string_macros(fileio.read_text(config)).get(name)
+  return gin_text.recorded_macro(fileio.read_text(config), name)
 
 
 def encoder_tensors(checkpoint, object_path, config, source):
@@ -136,11 +137,13 @@ def _run_heads(run_folder, heads):
   config.gin refers to (its task; a distillation's student task), so that
   another task's head layer of the same name (a plugin's `scorer`) is never
   taken for a shipped task's. Every head for a checkpoint without its run's
-  config.gin (a bare prefix)."""
+  config.gin (a bare prefix) or one that binds no task."""
   config = run_folder and fileio.join(run_folder, "config.gin")
-  if not config or not tf.io.gfile.exists(config):
+  text = fileio.read_text(config) if config and tf.io.gfile.exists(
+      config) else ""
+  if not gin_text.binds(text, "experiment.task"):
     return tuple(heads)
-  referenced = gin_text.references(fileio.read_text(config))
+  referenced = gin_text.references(text)
   return tuple(h for h in heads if gin_text.refers_to(referenced, h.task))
 
 

@@ -5,6 +5,7 @@ multi-worker peers, best checkpoint, and the Training Summary."""
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from typing import Optional
 
@@ -24,6 +25,7 @@ from bertexp.train import stop_signals
 from bertexp.train import strategy as strategy_lib
 from bertexp.train import trainer as trainer_lib
 from bertexp.util import fileio
+from bertexp.util import gin_text
 from bertexp.util import orbit_import
 
 orbit = orbit_import.orbit
@@ -264,7 +266,8 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
                                "train", output)
     if not written:
       fileio.write_text(fileio.join(model_dir, "operative_config.gin"),
-                        gin.operative_config_str())
+                        gin_text.with_working_directory(
+                            gin.operative_config_str(), os.getcwd()))
       written.append(True)
 
   def on_eval(output):
@@ -435,7 +438,8 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
 def _record_config(model_dir, config_text, step):
   """The parsed gin files and bindings: MODEL_DIR/config.gin, and a header
   of the run's records in TensorBoard at `step`."""
-  fileio.write_text(fileio.join(model_dir, "config.gin"), config_text)
+  fileio.write_text(fileio.join(model_dir, "config.gin"),
+                    gin_text.with_working_directory(config_text, os.getcwd()))
   run_records.write_header(fileio.join(model_dir, "summaries"), config_text,
                            step=step)
 

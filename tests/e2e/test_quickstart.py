@@ -103,3 +103,14 @@ def test_your_data_in_ten_minutes(tmp_path):
                              atol=1e-5)
   assert [r["label"] for r in served] == [
       ["negative", "positive"][int(np.argmax(p))] for p in predicted]
+  # Back to Hugging Face from another folder, after the run folder moved:
+  # the relative paths it was trained with (my_bert/, my_data/) resolve
+  # from the folder the run was started in (config.gin's first line).
+  moved = tmp_path / "elsewhere" / "my_task"
+  shutil.move(str(run), str(moved))
+  _run([*BERTEXP, "convert-checkpoint", "--to=huggingface",
+        f"--input={moved}", "--output=my_task_hf"], moved.parent)
+  config = __import__("json").loads(
+      (moved.parent / "my_task_hf" / "config.json").read_text())
+  assert config["architectures"] == ["BertForSequenceClassification"]
+  assert config["id2label"] == {"0": "negative", "1": "positive"}

@@ -120,8 +120,8 @@ def _bound_config_file(gin_path):
     if value.startswith("%"):
       value = macros.get(value[1:], "")
     value = value.strip("'\"")
-    if value:
-      return value
+    if value:                     # as the teacher's run meant a relative one
+      return gin_text.run_path(text, value)
   raise ValueError(f"{gin_path}: binds no bert_config_file for the teacher")
 
 

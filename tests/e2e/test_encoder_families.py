@@ -146,6 +146,14 @@ def test_family_fine_tunes_predicts_and_exports(family, specs, one_replica):
 # The families of BERT's blocks on 2 mirrored replicas; the others'
 # 2-replica cell is their run on the TPU check's 2 XLA replicas below.
 MIRRORED_FAMILIES = ("electra", "roberta", "albert")
+# The last gradient norm, relative, where the default (mf.GRADIENT_NORM_RTOL,
+# 1e-5) is below what the split batch's summation order moves. ALBERT's
+# classifier barely moves in 3 steps (gradient norm 5.1e-3, like DeBERTa's
+# below), so rounding weighs more in its norm: 1.26e-5 measured on an Intel
+# Xeon with AVX-512 and AMX (1 vs 2 mirrored CPU replicas, the weights,
+# metrics and predictions equal), under 1e-6 on AMD EPYC. 5e-5 is 4x that;
+# a gradient scaled by 1.00005 or more still fails.
+MIRRORED_GRADIENT_NORM_RTOL = {"albert": 5e-5}
 
 
 @pytest.mark.parametrize("family", MIRRORED_FAMILIES)
@@ -155,8 +163,10 @@ def test_family_on_two_replicas_equals_one(family, specs, one_replica,
   model_dir = str(tmp_path / "two")
   mf.run_in_process(spec, model_dir, mf.STRATEGIES["mirrored_2"], FLOAT32,
                     mode="train_eval_predict")
-  mf.assert_equal_runs(model_dir, one_replica[family],
-                       spec["params"]["INIT_CHECKPOINT"])
+  mf.assert_equal_runs(
+      model_dir, one_replica[family], spec["params"]["INIT_CHECKPOINT"],
+      gradient_norm_rtol=MIRRORED_GRADIENT_NORM_RTOL.get(
+          family, mf.GRADIENT_NORM_RTOL))
 
 
 # The families whose blocks are not BERT's (relative positions; bottlenecks,

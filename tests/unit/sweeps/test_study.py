@@ -231,20 +231,23 @@ def test_parallel_search_processes_draw_distinct_trials_a_rerun_the_same(
   space.write_text(json.dumps(
       {"LEARNING_RATE": {"low": 1e-5, "high": 1e-3, "log": True}}))
 
-  def draws(name, processes):
-    options = dict(_options(study_lib.default_storage(str(tmp_path)),
-                            tmp_path), study_name=name)
-    log = tmp_path / f"{name}.log"
-    if processes == 2:                    # both hold a trial at once
-      started = [_search(options, space, log, 2) for _ in range(2)]
-      for process in started:
-        _finish(process)
-    else:                                 # one after the other
-      for _ in range(2):
-        _finish(_search(options, space, log, 0))
-    return {int(number): float(rate) for number, rate in _lines(log)}
-
-  parallel = draws("parallel", processes=2)
+  storage = study_lib.default_storage(str(tmp_path))
+  log = tmp_path / "parallel.log"
+  started = [_search(dict(_options(storage, tmp_path), study_name="parallel"),
+                     space, log, 2) for _ in range(2)]
+  for process in started:            # both hold a trial at once
+    _finish(process)
+  parallel = {int(number): float(rate) for number, rate in _lines(log)}
   assert sorted(parallel) == [0, 1]
   assert parallel[0] != parallel[1]
-  assert draws("serial", processes=1) == parallel
+  # The same search again, in this process, one trial after the other.
+  serial = study_lib.SweepStudy(
+      study_lib.StudyOptions(**dict(_options(storage, tmp_path),
+                                    study_name="serial"), seed=1),
+      search_space=study_lib.load_search_space(str(space)), n_trials=2,
+      fixed={"SEED": 1})
+  for number in range(2):
+    claim = serial.claim()
+    assert claim.trial.number == number
+    assert claim.bindings["LEARNING_RATE"] == parallel[number]
+    serial.finish(claim, TrialState.COMPLETE, 0.5)

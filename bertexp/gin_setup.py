@@ -123,6 +123,8 @@ def parse_gin(gin_files, gin_params):
   before any TensorFlow work. Returns the config text to save."""
   import gin
   from bertexp import registry  # noqa: F401  (registers the configurables)
+  from bertexp.tasks import catalog
+  catalog.modules_named("task")   # and the tasks other packages declare
   gin.clear_config()
   gin_files = [resolve_gin_file(path) for path in gin_files]
   for path in gin_search_paths(gin_files):

@@ -7,6 +7,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_files
 from bertexp import modes
 from bertexp import settings as settings_lib
 from bertexp.checkpoints import run_dir
@@ -105,7 +106,7 @@ def worker_model_dir(strategy, model_dir):
   if task_type is None or task_type == "chief" or (
       task_type == "worker" and task_id == 0 and not has_chief):
     return model_dir
-  return fileio.join(model_dir, "workers", f"{task_type}_{task_id}")
+  return run_files.worker_folder(model_dir, task_type, task_id)
 
 
 def _check_pretrained_source(mode, model, model_dir, init_checkpoint,
@@ -185,7 +186,7 @@ def _run(mode, task, model_dir, config_text, settings, derived, strategy,
   ckpts, run = settings.checkpoints, settings.runtime
   fileio.makedirs(model_dir)
   if config_text is not None and not modes.trains(mode):
-    fileio.write_text(fileio.join(model_dir, f"config_{mode}.gin"), config_text)
+    fileio.write_text(run_files.mode_config(model_dir, mode), config_text)
   with strategy.scope(), (modeling.portable_activations()
                           if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
@@ -366,7 +367,7 @@ def _evaluate_or_predict(mode, model_dir, checkpoint_path, task, model,
   if mode == "eval":
     results = {k: float(v) for k, v in evaluator.evaluate(eval_steps).items()}
     results["checkpoint"] = path
-    fileio.write_json(fileio.join(output_dir, "eval_results.json"), results)
+    fileio.write_json(run_files.eval_results(output_dir), results)
     print("Eval results: " + str(results), flush=True)
     return results
   if not task.predict_splits():

@@ -31,7 +31,7 @@ ENCODER_CONFIG = "bert_config.json"
 
 def stopped_early_at(model_dir):
   """The step a run stopped early at (its early_stopping.json), or None."""
-  path = fileio.join(model_dir, EARLY_STOPPING_INFO)
+  path = run_files.early_stopping(model_dir)
   if not tf.io.gfile.exists(path):
     return None
   return fileio.read_json(path).get("stopped_early_at_step")
@@ -48,7 +48,7 @@ def best_checkpoint_prefix(folder):
   Raises:
     ValueError: the JSON is unreadable or names no checkpoint.
   """
-  info_path = fileio.join(folder, BEST_INFO)
+  info_path = run_files.best_info(folder)
   if not tf.io.gfile.exists(info_path):
     return None
   info = fileio.read_json(info_path)
@@ -101,7 +101,7 @@ def resolve(path, *, intact=True):
                             "a folder)")
   best = best_checkpoint_prefix(path)
   if best:
-    return _checked(best, intact, fileio.join(path, BEST_INFO))
+    return _checked(best, intact, run_files.best_info(path))
   encoder = fileio.join(path, ENCODER_PREFIX)
   if tf.io.gfile.exists(encoder + ".index"):
     return _checked(encoder, intact, path)
@@ -113,7 +113,7 @@ def resolve(path, *, intact=True):
     return latest
   named = tf.train.latest_checkpoint(path)
   if named:
-    return _checked(named, intact, fileio.join(path, "checkpoint"))
+    return _checked(named, intact, run_files.checkpoint_state(path))
   raise FileNotFoundError(
       f"{path}: folder holds no checkpoint (expected a MODEL_DIR with ckpt-N, "
       f"a best_checkpoint/ folder or an encoder folder with {ENCODER_PREFIX})")
@@ -205,7 +205,7 @@ def restore_model(model, model_dir, checkpoint_path=None):
     ValueError: an encoder checkpoint for a model with weights of its own
       beyond the encoder (a task head it does not hold).
   """
-  best = model_dir and fileio.join(model_dir, "best_checkpoint")
+  best = model_dir and run_files.best_checkpoint(model_dir)
   if model_dir and not checkpoint_path and stopped_early_at(
       model_dir) is not None and best_checkpoint_prefix(best):
     checkpoint_path = best        # what early stopping kept

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.checkpoints import run_dir
+from bertexp.checkpoints import run_files
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.util import fileio
@@ -51,7 +52,7 @@ def _checkpoint_prefix(path):
 def _macro(run_folder, name):
   """A string macro's path in the run's config.gin (a relative one joined
   to the folder the run was started from), else None."""
-  config = fileio.join(run_folder, "config.gin")
+  config = run_files.config(run_folder)
   if not tf.io.gfile.exists(config):
     return None
   return gin_text.recorded_macro(fileio.read_text(config), name)
@@ -138,7 +139,7 @@ def _run_heads(run_folder, heads):
   another task's head layer of the same name (a plugin's `scorer`) is never
   taken for a shipped task's. Every head for a checkpoint without its run's
   config.gin (a bare prefix) or one that binds no task."""
-  config = run_folder and fileio.join(run_folder, "config.gin")
+  config = run_folder and run_files.config(run_folder)
   text = fileio.read_text(config) if config and tf.io.gfile.exists(
       config) else ""
   if not gin_text.binds(text, "experiment.task"):

@@ -19,6 +19,7 @@ import zlib
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 
 _NUMBERED = re.compile(r"ckpt-(\d+)\.index$")
@@ -112,7 +113,8 @@ def numbered_checkpoints(model_dir):
   """Prefixes of MODEL_DIR's ckpt-N checkpoints, newest first, from the
   files present (the `checkpoint` state file may be the damaged part)."""
   found = []
-  for index in tf.io.gfile.glob(fileio.join(model_dir, "ckpt-*.index")):
+  for index in tf.io.gfile.glob(run_files.checkpoint(model_dir,
+                                                     "ckpt-*.index")):
     match = _NUMBERED.search(index)
     if match:
       found.append((int(match.group(1)), index[:-len(".index")]))
@@ -120,7 +122,7 @@ def numbered_checkpoints(model_dir):
 
 
 def _state_file_problem(model_dir):
-  path = fileio.join(model_dir, "checkpoint")
+  path = run_files.checkpoint_state(model_dir)
   if not tf.io.gfile.exists(path):
     return f"{path} is missing"
   try:
@@ -164,7 +166,7 @@ def prepare_model_dir(model_dir):
   if latest is None:
     return None
   for prefix in candidates[:candidates.index(latest)]:
-    quarantine = fileio.join(model_dir, "damaged")
+    quarantine = run_files.damaged(model_dir)
     fileio.makedirs(quarantine)
     for path in tf.io.gfile.glob(prefix + ".*"):
       tf.io.gfile.rename(path, fileio.join(quarantine, path.rsplit("/", 1)[-1]),

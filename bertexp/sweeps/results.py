@@ -17,6 +17,7 @@ import logging
 import os
 import statistics
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 
 
@@ -44,7 +45,7 @@ def collect(output_dir):
     if os.path.exists(result_path):
       result = fileio.read_json(result_path)
       row["status"], row["error"] = result["status"], result.get("error", "")
-    summary_path = os.path.join(folder, "training_summary.json")
+    summary_path = run_files.training_summary(folder)
     if row["status"] == "done" and os.path.exists(summary_path):
       summary = fileio.read_json(summary_path)
       row["eval"] = summary["eval_metrics"]
@@ -216,8 +217,9 @@ def write_out_of_fold(output_dir, rows):
     lines = {}
     for trial in trials:
       folder = os.path.join(output_dir, trial["trial"])
-      submission = glob.glob(os.path.join(folder, "submission", "*_oof.tsv"))
-      results = os.path.join(folder, "test_results_oof.tsv")
+      submission = glob.glob(run_files.output_file(folder, "submission",
+                                                   "*_oof.tsv"))
+      results = run_files.output_file(folder, "test_results_oof.tsv")
       ids = fileio.read_text(submission[0]).splitlines()[1:]
       values = fileio.read_text(results).splitlines()
       for line, value in zip(ids, values):

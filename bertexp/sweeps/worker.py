@@ -39,7 +39,7 @@ def _error_excerpt(log_path, lines=15):
 
 def selection_value(folder):
   """The finished trial's selection metric value, or None."""
-  path = os.path.join(folder, "training_summary.json")
+  path = run_files.training_summary(folder)
   if not os.path.exists(path):
     return None
   summary = fileio.read_json(path)
@@ -48,14 +48,14 @@ def selection_value(folder):
 
 def _selection_metric(folder):
   """The metric the trial's best checkpoint is chosen by, once it evaluated."""
-  info = os.path.join(folder, "best_checkpoint", run_files.BEST_INFO)
+  info = run_files.best_info(run_files.best_checkpoint(folder))
   return fileio.read_json(info)["metric"] if os.path.exists(info) else None
 
 
 def evaluations(folder):
   """[(step, value)] of the trial's evaluations of its selection metric so
   far (metrics.csv's eval rows)."""
-  metric, table = _selection_metric(folder), os.path.join(folder, "metrics.csv")
+  metric, table = _selection_metric(folder), run_files.metrics_table(folder)
   if metric is None or not os.path.exists(table):
     return []
   with open(table, newline="") as f:
@@ -66,7 +66,7 @@ def evaluations(folder):
 def _record_pruned(folder, step):
   """Marks the trial's run as stopped at `step`, as early stopping does: a
   rerun trains no further, predict and export use best_checkpoint/."""
-  fileio.write_json(os.path.join(folder, run_files.EARLY_STOPPING_INFO), {
+  fileio.write_json(run_files.early_stopping(folder), {
       "metric": _selection_metric(folder), "stopped_early_at_step": step,
       "pruned": True})
 

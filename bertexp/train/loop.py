@@ -14,6 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.checkpoints import run_dir
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import verified
 from bertexp.data import order as order_lib
 from bertexp.data import pipeline
@@ -40,7 +41,7 @@ class BestCheckpoint:
     if mode not in ("max", "min"):
       raise ValueError(f"best checkpoint mode {mode!r} is not 'max' or 'min'")
     self.model, self.folder, self.metric, self.mode = model, folder, metric, mode
-    self.info_path = fileio.join(folder, "best_checkpoint.json")
+    self.info_path = run_files.best_info(folder)
 
   def _better(self, value, old):
     return value > old if self.mode == "max" else value < old
@@ -88,7 +89,7 @@ class EarlyStopping:
                        f"early_stopping_min_delta {min_delta} >= 0")
     self.metric, self.mode = metric, mode
     self.patience, self.min_delta = patience, min_delta
-    self.path = fileio.join(model_dir, run_dir.EARLY_STOPPING_INFO)
+    self.path = run_files.early_stopping(model_dir)
     self.record = (fileio.read_json(self.path) if tf.io.gfile.exists(self.path)
                    else {"metric": metric, "best": None, "best_step": None,
                          "evaluations_without_improvement": 0,
@@ -183,7 +184,7 @@ def _train_dataset_fn(task, strategy, state, model_dir, global_batch_size,
     train_order = pipeline.TrainOrder(
         seed=int(state.data_seed.numpy()),
         start=int(state.examples_seen.numpy()),
-        counts_cache=fileio.join(model_dir, "train_record_counts.json"),
+        counts_cache=run_files.train_record_counts(model_dir),
         group_by_length=group_by_length)
     logging.info("training data: seed %d, starting after %d examples",
                  train_order.seed, train_order.start)
@@ -265,7 +266,7 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
     run_records.append_metrics(model_dir, int(trainer.global_step.numpy()),
                                "train", output)
     if not written:
-      fileio.write_text(fileio.join(model_dir, "operative_config.gin"),
+      fileio.write_text(run_files.operative_config(model_dir),
                         gin_text.with_working_directory(
                             gin.operative_config_str(), os.getcwd()))
       written.append(True)
@@ -286,8 +287,8 @@ def _controller(mode, *, trainer, manager, last, model_dir, steps_per_loop,
       evaluator=trainer if evaluating else None, strategy=trainer.strategy,
       steps_per_loop=steps_per_loop, checkpoint_manager=manager,
       summary_interval=steps_per_loop,
-      summary_dir=fileio.join(model_dir, "summaries", "train"),
-      eval_summary_dir=fileio.join(model_dir, "summaries", "eval"),
+      summary_dir=run_files.summaries(model_dir, "train"),
+      eval_summary_dir=run_files.summaries(model_dir, "eval"),
       train_actions=[on_train_loop],
       eval_actions=[on_eval] if evaluating else None)
 
@@ -386,7 +387,7 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
                                       loop.group_by_length))
   last = {"train": {}, "eval": {}}
   metric = loop.best_metric or task.selection_metric()
-  best = BestCheckpoint(model, fileio.join(model_dir, "best_checkpoint"),
+  best = BestCheckpoint(model, run_files.best_checkpoint(model_dir),
                         metric, loop.best_mode)
   early = (EarlyStopping(model_dir, metric, loop.best_mode,
                          loop.early_stopping_patience,
@@ -438,9 +439,9 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
 def _record_config(model_dir, config_text, step):
   """The parsed gin files and bindings: MODEL_DIR/config.gin, and a header
   of the run's records in TensorBoard at `step`."""
-  fileio.write_text(fileio.join(model_dir, "config.gin"),
+  fileio.write_text(run_files.config(model_dir),
                     gin_text.with_working_directory(config_text, os.getcwd()))
-  run_records.write_header(fileio.join(model_dir, "summaries"), config_text,
+  run_records.write_header(run_files.summaries(model_dir), config_text,
                            step=step)
 
 
@@ -477,8 +478,8 @@ def _checkpoint_manager(model, optimizer, state, model_dir, max_checkpoints,
 
 def _write_summary(model_dir, summary):
   """Writes, logs and prints the Training Summary; returns it."""
-  fileio.write_json(fileio.join(model_dir, "training_summary.json"), summary)
-  text = fileio.read_text(fileio.join(model_dir, "training_summary.json"))
+  fileio.write_json(run_files.training_summary(model_dir), summary)
+  text = fileio.read_text(run_files.training_summary(model_dir))
   logging.debug("Training Summary:\n%s", text)
   print("Training Summary: " + text, flush=True)
   return summary
@@ -496,7 +497,7 @@ def checkpoint_step(prefix):
 
 def _already_finished(model_dir, step, early=False):
   """A finished MODEL_DIR: says so and returns its Training Summary as it is."""
-  summary_path = fileio.join(model_dir, "training_summary.json")
+  summary_path = run_files.training_summary(model_dir)
   summary = (fileio.read_json(summary_path)
              if tf.io.gfile.exists(summary_path) else {})
   how = ("it stopped early at step " if early else

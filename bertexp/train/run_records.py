@@ -18,6 +18,7 @@ import re
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 
 CSV_HEADER = ["step", "split", "metric", "value"]
@@ -57,7 +58,7 @@ def write_header(summary_dir, config_text, step=0):
 def append_metrics(model_dir, step, split, metrics):
   """Adds one row per metric to MODEL_DIR/metrics.csv (rewritten whole, so a
   reader never sees half a row)."""
-  path = fileio.join(model_dir, "metrics.csv")
+  path = run_files.metrics_table(model_dir)
   text = fileio.read_text(path) if tf.io.gfile.exists(path) else ""
   out = io.StringIO()
   writer = csv.writer(out, lineterminator="\n")

@@ -33,6 +33,7 @@ import uuid
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 
 LOCK_NAME = "writer.lock"
@@ -84,7 +85,7 @@ class WriterLock:
       lease_seconds: how long a holder on another host may go without
         renewing before its lock is taken over.
     """
-    self.path = fileio.join(model_dir, LOCK_NAME)
+    self.path = run_files.writer_lock(model_dir, LOCK_NAME)
     self.lease_seconds = float(lease_seconds)
     self.record = {"host": socket.gethostname(), "pid": os.getpid(),
                    "started": datetime.datetime.now(datetime.timezone.utc)

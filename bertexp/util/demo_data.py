@@ -334,27 +334,13 @@ def squad_v2_from_v1(dataset, seed=0, fraction=0.5):
   return {"version": "v2.0", "data": data}
 
 
-def zh_report(runs="runs", seeds=(1, 2, 3)):
-  """MLM accuracy before/after pretraining; sentiment fine-tuned from the
-  pretrained encoder vs from random initialisation, mean ± std over seeds."""
-  import json
-  import statistics
-  load = lambda name: json.load(open(os.path.join(runs, name, "training_summary.json")))
-  pre = load("zh_pretrain")
-  before, after = pre["initial_eval_metrics"], pre["eval_metrics"]
-  print(f"MLM accuracy on held-out People's Daily: {before['mlm_accuracy']:.4f} before, "
-        f"{after['mlm_accuracy']:.4f} after pretraining (NSP accuracy "
-        f"{before['nsp_accuracy']:.3f} -> {after['nsp_accuracy']:.3f})")
-  for kind in ("pretrained", "scratch"):
-    values = [load(f"zh_sentiment_{kind}_seed{s}")["eval_metrics"]["accuracy"]
-              for s in seeds]
-    print(f"Review sentiment, 2,000 held-out, {kind:10}: "
-          f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f} "
-          f"(seeds {list(seeds)}: {', '.join(f'{v:.4f}' for v in values)})")
+def main(commands=None):
+  """The command line (see the module docstring).
 
-
-def main():
-  """The command line (see the module docstring)."""
+  Args:
+    commands: {subcommand: function of no argument} besides this module's
+      (tools/demo_data.py adds the demos' reports, which read run folders).
+  """
   parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
@@ -371,15 +357,16 @@ def main():
   zh.add_argument("--output_dir", default=os.path.join(CACHE, "zh"))
   zh.add_argument("--heldout", type=int, default=2000)
   zh.add_argument("--seed", type=int, default=12345)
-  sub.add_parser("zh-report")
+  for name in commands or {}:
+    sub.add_parser(name)
   unlabelled = sub.add_parser("unlabelled-tsv")
   unlabelled.add_argument("--output", default=os.path.join(
       CACHE, "movie_reviews", "unlabelled.tsv"))
   args = parser.parse_args()
-  if args.command == "fetch":
+  if args.command in (commands or {}):
+    commands[args.command]()
+  elif args.command == "fetch":
     fetch()
-  elif args.command == "zh-report":
-    zh_report()
   elif args.command == "zh-data":
     zh_data(args.output_dir, args.heldout, args.seed)
   elif args.command == "unlabelled-tsv":

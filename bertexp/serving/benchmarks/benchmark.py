@@ -28,6 +28,7 @@ import time
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.serving.benchmarks.timing import latency, token_ids
 from bertexp.serving.exporting import versions as versions_lib
 from bertexp.util import fileio, machine
@@ -306,11 +307,11 @@ def _targets(target):
   files = {}
   run_dir = export_dir.rstrip("/").rsplit("/", 2)[0]    # MODEL_DIR
   for kind in ("float", "int8"):
-    candidate = fileio.join(run_dir, "tflite", f"model_{kind}.tflite")
+    candidate = run_files.tflite(run_dir, f"model_{kind}.tflite")
     if tf.io.gfile.exists(candidate):
       files[f"tflite-{kind}"] = candidate
   for kind in ("float32", "int8"):
-    folder = fileio.join(run_dir, "onnx", kind)
+    folder = run_files.onnx(run_dir, kind)
     found = tf.io.gfile.isdir(folder) and versions_lib.list_versions(folder)
     if found:
       files[f"onnx-{kind}"] = fileio.join(found[max(found)], "model.onnx")

@@ -18,6 +18,7 @@ import time
 
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 from bertexp.util import serving_weights
 
@@ -69,7 +70,7 @@ def write_export_info(task, export_dir):
 def export_saved_model(task, model, model_dir, version=None):
   """Writes export/<version>/ (version: seconds since the epoch by default)."""
   version = version or int(time.time())
-  export_dir = fileio.join(model_dir, "export", str(version))
+  export_dir = run_files.export_version(model_dir, version)
   tmp_dir = fileio.temp_name(export_dir)
   module = _ServingModule(model, task)
   signatures = {"serving_default": module.serve.get_concrete_function()}
@@ -104,7 +105,7 @@ def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
 
   reference = task.tflite_outputs(model(inputs, training=False))
   reference = reference["probabilities"].numpy()                     # [N, L]
-  folder = fileio.join(model_dir, "tflite")
+  folder = run_files.tflite(model_dir)
   fileio.makedirs(folder)
   # The converter saves its functions with this object first: the model's
   # variables only, not the Keras model (whose layer functions it would

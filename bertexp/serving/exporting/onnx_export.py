@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from bertexp.checkpoints import run_files
 from bertexp.model import onnx_graph
 from bertexp.util import fileio
 
@@ -144,7 +145,7 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
       f.write(proto.SerializeToString())
     quantize(paths["float32"], paths["int8"])
     for kind, path in paths.items():
-      target = fileio.join(model_dir, "onnx", kind, str(version))
+      target = run_files.onnx(model_dir, kind, version)
       onnx_session = session(path)
       got = _in_batches(lambda rows: run(onnx_session, rows), inputs)
       report[kind] = dict(path=fileio.join(target, MODEL_FILE),
@@ -160,7 +161,7 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
           if k.startswith(("max_abs", "argmax", "accuracy"))) +
           f" on {report[kind]['examples']} held-out examples -> {target}",
           flush=True)
-  fileio.write_json(fileio.join(model_dir, "onnx", "onnx_report.json"), report)
+  fileio.write_json(run_files.onnx_report(model_dir), report)
   return report
 
 

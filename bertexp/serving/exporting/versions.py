@@ -4,6 +4,7 @@ integer; other names (bertexp's `*.tmp-*` folders while an export is
 written) are not versions."""
 import tensorflow as tf
 
+from bertexp.checkpoints import run_files
 from bertexp.util import fileio
 
 # What makes a folder a version: TensorFlow's SavedModel, or export-onnx's.
@@ -17,7 +18,7 @@ def versions_folder(path):
   Raises:
     FileNotFoundError: neither holds a version.
   """
-  for folder in (fileio.join(path, "export"), path):
+  for folder in (run_files.exports(path), path):
     if tf.io.gfile.isdir(folder) and list_versions(folder):
       return folder
   raise FileNotFoundError(f"{path}: no exported model (a MODEL_DIR after "

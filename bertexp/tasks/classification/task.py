@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -390,11 +391,12 @@ class ClassificationTask(base.RecordTask):
       submission = ["index\tprediction"] + [
           f"{i}\t{label_names[p] if label_names else p}"
           for i, p in zip(ids, predicted)]
-    results_path = fileio.join(output_dir, f"test_results{suffix}.tsv")
+    results_path = run_files.output_file(output_dir,
+                                         f"test_results{suffix}.tsv")
     fileio.write_text(results_path, results + "\n")
     name = SUBMISSION_FILES.get((self.meta.get("task"), split),
                                 f"{self.meta.get('task', 'task')}{suffix}.tsv")
-    submission_path = fileio.join(output_dir, "submission", name)
+    submission_path = run_files.output_file(output_dir, "submission", name)
     fileio.write_text(submission_path, "\n".join(submission) + "\n")
     logging.info("wrote %d predictions to %s and %s", len(ids), results_path,
                  submission_path)

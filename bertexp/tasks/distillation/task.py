@@ -31,6 +31,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.checkpoints import run_dir
+from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data.prepare import UNLABELLED
@@ -100,8 +101,7 @@ def teacher_config_from_run(teacher):
   parent = teacher.rpartition("/")[0] or "."
   folders = [teacher, parent, parent.rpartition("/")[0] or "."]
   for folder in folders:
-    for name in ("operative_config.gin", "config.gin"):
-      path = fileio.join(folder, name)
+    for path in (run_files.operative_config(folder), run_files.config(folder)):
       if tf.io.gfile.exists(path):
         return _bound_config_file(path)
   raise FileNotFoundError(f"teacher {teacher}: no operative_config.gin or "
@@ -401,7 +401,7 @@ class DistillationTask(base.Task):
     """The teacher model with its run's weights, frozen."""
     teacher = self.student.with_encoder_config(
         self.teacher_config_file).build_model()
-    best = fileio.join(self.teacher, "best_checkpoint")
+    best = run_files.best_checkpoint(self.teacher)
     source = best if tf.io.gfile.isdir(best) else self.teacher
     try:
       prefix = run_dir.restore_model(teacher, None, checkpoint_path=source)

@@ -10,13 +10,13 @@ it in with its own `import` line.
 
 Shape legend: B examples, N choices, S max_seq_length, H hidden size.
 """
-import os
 
 import gin
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -243,7 +243,7 @@ class MultipleChoiceTask(base.RecordTask):
     probabilities = tf.nn.softmax(logits[order], -1).numpy()
     ids = fileio.read_text(self.paths[split].replace(
         ".tf_record", "_ids.txt")).splitlines()
-    path = os.path.join(output_dir, f"choices_{split}.tsv")
+    path = run_files.output_file(output_dir, f"choices_{split}.tsv")
     fileio.write_text(path, "".join(
         f"{ids[i]}\t{int(p.argmax())}\t" + "\t".join(f"{x:.6f}" for x in p) +
         "\n" for i, p in enumerate(probabilities)))

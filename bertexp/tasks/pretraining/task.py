@@ -23,6 +23,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.checkpoints import converters
+from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import tokenization
@@ -286,7 +287,7 @@ class PretrainingTask(base.RecordTask):
     return "mlm_accuracy"
 
   def after_training(self, model, model_dir):
-    folder = fileio.join(model_dir, "encoder")
+    folder = run_files.encoder(model_dir)
     vocab_file, tokenizer_files, extra_files = self._tokenizer_files()
     converters.write_checkpoint_folder(
         model.encoder, vocab_file, folder, tokenizer_files=tokenizer_files,

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -236,12 +237,12 @@ class QuestionAnsweringTask(base.RecordTask):
 
   def write_predictions(self, gathered, output_dir, split="eval"):
     predictions, nbest, null_odds = self._answers(gathered)
-    paths = [fileio.join(output_dir, "predictions.json"),
-             fileio.join(output_dir, "nbest_predictions.json")]
+    paths = [run_files.output_file(output_dir, "predictions.json"),
+             run_files.output_file(output_dir, "nbest_predictions.json")]
     fileio.write_json(paths[0], predictions)
     fileio.write_json(paths[1], nbest)
     if self.version_2_with_negative:
-      paths.append(fileio.join(output_dir, "null_odds.json"))
+      paths.append(run_files.output_file(output_dir, "null_odds.json"))
       fileio.write_json(paths[2], null_odds)
     logging.info("wrote %d predictions to %s", len(predictions), paths[0])
     return paths

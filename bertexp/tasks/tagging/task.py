@@ -16,6 +16,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -295,15 +296,15 @@ class TaggingTask(base.RecordTask):
       entity_lines.append(json.dumps(
           {"source": sentence["source"], "text": sentence["text"],
            "entities": found}, ensure_ascii=False) + "\n")
-    paths = (fileio.join(output_dir, f"predictions_{split}.conll"),
-             fileio.join(output_dir, f"entities_{split}.jsonl"))
+    paths = (run_files.output_file(output_dir, f"predictions_{split}.conll"),
+             run_files.output_file(output_dir, f"entities_{split}.jsonl"))
     fileio.write_text(paths[0], "".join(conll))
     fileio.write_text(paths[1], "".join(entity_lines))
     logging.info("wrote tags of %d sentences to %s and %s", len(sentences),
                  *paths)
     gold = [s["tags"] for s in sentences]
     if all(g is not None for g in gold):      # a labelled split: its scores
-      paths += (fileio.join(output_dir, f"metrics_{split}.json"),)
+      paths += (run_files.output_file(output_dir, f"metrics_{split}.json"),)
       fileio.write_json(paths[2], self._scores(gold, predicted))
       logging.info("%s: %s", split, fileio.read_text(paths[2]))
     return paths

@@ -165,7 +165,7 @@ def prepare_tiny_sst2_run(root, tiny_vocab, tiny_config):
   import tensorflow as tf
   import bertexp
   from bertexp.checkpoints import converters
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   gfile = tf.io.gfile
   # Per process: `make test` runs test files in several processes.
   source = os.path.join(tempfile.gettempdir(),

@@ -209,7 +209,7 @@ def bench_optimizer(shape, windows, steps_per_window=5):
 
 def bench_prepare(num_pairs, vocab_file, output_dir):
   from bertexp.util import demo_data
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   from bertexp.data import readers
   sentences = [s for s, _ in demo_data.read_movie_reviews()]
   rng = np.random.RandomState(0)

@@ -4,6 +4,11 @@ naming the file and the field, never a KeyError in the middle of a run.
 """
 from bertexp.util import fileio
 
+# The label id of rows prepared without labels (unlabelled text a
+# distillation teacher labels): `prepare classification` without
+# --label_column.
+UNLABELLED = -1
+
 
 def _is_count(value, minimum):
   return isinstance(value, int) and not isinstance(value, bool) and \

@@ -11,7 +11,7 @@ import tensorflow as tf
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.tasks.classification import task as classification
 from bertexp.train import trainer

@@ -310,7 +310,7 @@ def _write_noisy_sst2(root, vocab, config):
       for sentences, label in ((POSITIVE, 1), (NEGATIVE, 0)):
         for s in sentences:
           f.write(f"{s}\t{1 - label if s in flipped else label}\n")
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   prepare.prepare_classification(
       task_name="noisy", train_file=os.path.join(folder, "train.tsv"),
       eval_file=os.path.join(folder, "train.tsv"),

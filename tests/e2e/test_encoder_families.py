@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.checkpoints import run_dir
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from bertexp.tasks.classification import task as classification
 from conftest import TESTS
 import matrix_fixtures as mf

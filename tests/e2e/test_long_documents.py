@@ -13,7 +13,7 @@ import tensorflow as tf
 import bertexp
 from bertexp import cli
 from bertexp.checkpoints import converters
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from bertexp.tasks.classification import task as classification
 from conftest import ONE_LAYER_CONFIG, TINY_CONFIG, TINY_VOCAB
 import matrix_fixtures as mf

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp import cli
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from conftest import (DEMO_GIN, REPO, SPREAD_TRAINING, TINY_CONFIG, copy_run,
                       gin_params, prepare_tiny_sst2_run)
 import matrix_fixtures as mf

@@ -1,6 +1,6 @@
 """`bertexp prepare glue` and `bertexp prepare classification`: labelled
 text (a GLUE folder, or any TSV/CSV/JSONL) -> TFRecords + meta data (see
-bertexp.data.prepare)."""
+bertexp.tasks.classification.data)."""
 from bertexp.tasks import prepare_command
 
 
@@ -10,7 +10,7 @@ def _glue_arguments(parser):
 
 
 def _run_glue(args):
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   _report(prepare.prepare_glue(args.task, input_dir=args.input_dir,
                                **prepare_command.text_options(args)))
 
@@ -41,7 +41,7 @@ def _classification_arguments(parser):
 
 
 def _run_classification(args):
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   _report(prepare.prepare_classification(
       task_name=args.task_name, train_file=args.train_file,
       eval_file=args.eval_file, test_file=args.test_file,

@@ -11,7 +11,7 @@ from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling

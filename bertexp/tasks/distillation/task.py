@@ -34,7 +34,7 @@ from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data.prepare import UNLABELLED
+from bertexp.data.meta import UNLABELLED
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.data import pipeline
-from bertexp.data import prepare
+from bertexp.tasks.classification import data as prepare
 from bertexp.data import records
 from conftest import write_sst2_folder
 from glue_layouts import GLUE_LAYOUTS

@@ -212,7 +212,7 @@ def test_gin_bindings(bindings):
        good_eval=st.booleans())
 def test_prepare_leaves_nothing_behind_on_bad_input(train, regression,
                                                     good_eval):
-  from bertexp.data import prepare
+  from bertexp.tasks.classification import data as prepare
   from conftest import TINY_VOCAB
   vocab = _file("\n".join(TINY_VOCAB) + "\n", ".vocab")
   header = "sentence\tlabel\n"

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from bertexp.data import folds as folds_lib
+from bertexp.data.meta import UNLABELLED
 from bertexp.data import readers
 from bertexp.data import records
 from bertexp.data import tokenization
@@ -130,7 +131,6 @@ def write_split(rows, tokenizer, max_seq_length, label_values, path,
 
 
 # The label id of unlabelled text (for a teacher to label in distillation).
-UNLABELLED = -1
 
 
 def _fold_splits(splits, strata, folds, seed):

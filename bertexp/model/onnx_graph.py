@@ -18,7 +18,8 @@ attention and MobileBERT's bottlenecks have no fused form: a one-line error
 names the family.
 
 Inputs are serving_default's: int32 input_word_ids, input_mask and
-input_type_ids [B, S]. Outputs are serving_default's too: classification
+input_type_ids [B, S]. Outputs are serving_default's too, written by the
+task's head writer (bertexp/tasks/<task>/onnx_head.py): classification
 `probabilities` [B, L] and `label` [B] (its name), regression `value` [B],
 question answering `start_logits` and `end_logits` [B, S].
 
@@ -257,71 +258,11 @@ def pooled_sentence(graph, sequence, mode, normalize):
       norm, graph.constant("least_norm", np.array(1e-12, np.float32))])])
 
 
-def classifier_outputs(graph, logits, label_names):
-  """{probabilities [B, L], label [B]} of a classifier's logits."""
-  probabilities = graph.node("Softmax", [logits], axis=-1)
-  best = graph.node("ArgMax", [probabilities], axis=1, keepdims=0)   # [B]
-  names = graph.constant("label_names", np.array(label_names, dtype=object))
-  return {"probabilities": probabilities,
-          "label": graph.node("Gather", [names, best], axis=0)}
-
-
-def regression_outputs(graph, logits):
-  """{value [B]} of a one-output head's logits [B, 1]."""
-  axes = graph.constant("squeeze_axes", np.array([1], np.int64))
-  return {"value": graph.node("Squeeze", [logits, axes])}
-
-
-def span_outputs(graph, logits):
-  """{start_logits, end_logits [B, S]} of span logits [B, S, 2], padding
-  at -10000 as SpanModel gives them."""
-  mask = graph.node("Cast", ["input_mask"], to=1)                    # float
-  padding = graph.node("Mul", [
-      graph.node("Sub", [graph.constant("one", np.array(1.0, np.float32)),
-                         mask]),
-      graph.constant("padding_logit", np.array(-10000.0, np.float32))])
-  outputs = {}
-  for index, name in enumerate(("start_logits", "end_logits")):
-    column = graph.node("Gather", [logits, graph.constant(
-        f"{name}_column", np.array(index, np.int64))], axis=2)       # [B, S]
-    outputs[name] = graph.node("Add", [column, padding])
-  return outputs
-
-
-# Head writers: what a task's `onnx_head` returns. Each is called as
-# writer(graph, model) with the task's serving model (weights restored) and
-# returns ({output name: tensor}, {output name: (element type, shape)}),
-# element types "float" or "string", shapes of named or sized dimensions.
-def classifier_head(label_names):
-  """The writer of a ClassifierModel's probabilities [B, L] and label [B]
-  (the name of the most probable of `label_names`)."""
-  def write(graph, model):
-    logits = _pooled_dense(graph, model)
-    return (classifier_outputs(graph, logits, list(label_names)),
-            {"probabilities": ("float", ["batch", len(label_names)]),
-             "label": ("string", ["batch"])})
-  return write
-
-
-def regression_head(graph, model):
-  """The writer of a one-output ClassifierModel's value [B]."""
-  return (regression_outputs(graph, _pooled_dense(graph, model)),
-          {"value": ("float", ["batch"])})
-
-
-def span_head(graph, model):
-  """The writer of a span model's start_logits and end_logits [B, S] (its
-  dense layer `span_head` on the sequence output)."""
-  sequence = encoder_output(graph, model.encoder)                   # [B, S, H]
-  outputs = span_outputs(graph, dense(graph, sequence, model.span_head, "span"))
-  return outputs, {name: ("float", ["batch", "sequence"]) for name in outputs}
-
-
-def _pooled_dense(graph, model):
-  """The classifier's logits [B, L] of the pooled output."""
-  sequence = encoder_output(graph, model.encoder)                   # [B, S, H]
-  pooled = pooled_output(graph, sequence, model.encoder)            # [B, H]
-  return dense(graph, pooled, model.classifier, "classifier")
+# A task's head writer (what its `onnx_head` returns, in its own folder) is
+# called as writer(graph, model) with the task's serving model (weights
+# restored) and returns ({output name: tensor}, {output name: (element type,
+# shape)}), element types "float" or "string", shapes of named or sized
+# dimensions; it builds on `encoder_output`, `pooled_output` and `dense`.
 
 
 def model_proto(graph, outputs, output_shapes, producer):

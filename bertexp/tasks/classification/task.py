@@ -11,14 +11,14 @@ from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.tasks.classification import data as prepare
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
-from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks import text_serving
+from bertexp.tasks.classification import data as prepare
 from bertexp.tasks.classification import metrics as glue_metrics
+from bertexp.tasks.classification import onnx_head as onnx_writers
 from bertexp.util import fileio
 
 # GLUE submission file names (the benchmark's upload layout).
@@ -336,8 +336,8 @@ class ClassificationTask(base.RecordTask):
 
   def onnx_head(self):
     if self.is_regression:
-      return onnx_graph.regression_head
-    return onnx_graph.classifier_head(self.meta.get("label_names") or [
+      return onnx_writers.regression_head
+    return onnx_writers.classifier_head(self.meta.get("label_names") or [
         str(i) for i in range(self.num_labels)])
 
   def text_packer(self, model):

@@ -19,10 +19,10 @@ from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
-from bertexp.model import onnx_graph
 from bertexp.tasks import base
 from bertexp.tasks.squad import answers as squad_answers
 from bertexp.tasks.squad import data as squad_data
+from bertexp.tasks.squad import onnx_head as onnx_writers
 from bertexp.tasks.squad import scoring as squad_scoring
 from bertexp.tasks.squad import serving as squad_serving
 from bertexp.tasks.squad import squad_json
@@ -177,7 +177,7 @@ class QuestionAnsweringTask(base.RecordTask):
     return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
 
   def onnx_head(self):
-    return onnx_graph.span_head
+    return onnx_writers.span_head
 
   def distillation_loss(self, teacher_outputs, outputs, temperature):
     # [B, S, 2]: a distribution over positions for start and for end.

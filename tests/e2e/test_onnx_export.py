@@ -14,8 +14,9 @@ import tensorflow as tf
 from bertexp import cli
 from bertexp.model import encoders
 from bertexp.model import modeling
-from bertexp.model import onnx_graph
 from bertexp.serving.exporting import onnx_export
+from bertexp.tasks.classification import onnx_head as classification_onnx
+from bertexp.tasks.squad import onnx_head as squad_onnx
 from bertexp.tasks.squad import task as squad
 from bertexp.tasks.tagging import task as tagging
 from conftest import (DEMO_GIN, REPO, SPREAD_TRAINING, TINY_CONFIG, copy_run,
@@ -69,7 +70,7 @@ def test_classifier_graph_equals_the_keras_model(tmp_path, hidden_act):
   want = tf.nn.softmax(model(_inputs(), training=False), -1).numpy()  # [6, 3]
   assert np.ptp(want, axis=0).max() > 0.03      # rows told apart, 3000 × tol
   got = _run_onnx(model, tmp_path,
-                  onnx_graph.classifier_head(["neg", "neu", "pos"]))
+                  classification_onnx.classifier_head(["neg", "neu", "pos"]))
   np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
   names = np.array(["neg", "neu", "pos"])[want.argmax(-1)]
   assert [v.decode() if isinstance(v, bytes) else v
@@ -99,7 +100,7 @@ def test_the_fused_graph_of_each_bert_shaped_family_equals_keras(family,
       encoders.build_encoder(config), 3, seed=1).build_variables())
   want = tf.nn.softmax(model(_inputs(), training=False), -1).numpy()  # [6, 3]
   assert np.ptp(want, axis=0).max() > 0.03      # rows told apart, 3000 × tol
-  head = onnx_graph.classifier_head(["a", "b", "c"])
+  head = classification_onnx.classifier_head(["a", "b", "c"])
   got = _run_onnx(model, tmp_path, head)
   np.testing.assert_allclose(got["probabilities"], want, atol=1e-5)
   weights = sum(i.ByteSize() for i in onnx_export.build_model_proto(
@@ -119,7 +120,7 @@ def test_a_family_without_a_fused_form_is_a_one_line_error():
     with pytest.raises(ValueError, match=(
         f"^export-onnx writes ONNX Runtime's fused BERT layers, which the "
         f"'{family}' encoder family's layers do not fit")):
-      onnx_export.build_model_proto(model, onnx_graph.classifier_head(["a"]))
+      onnx_export.build_model_proto(model, classification_onnx.classifier_head(["a"]))
 
 
 def test_regression_graph_equals_the_keras_model(tmp_path):
@@ -127,14 +128,14 @@ def test_regression_graph_equals_the_keras_model(tmp_path):
                   .build_variables())
   want = model(_inputs(), training=False).numpy()[:, 0]               # [6]
   assert np.ptp(want) > 0.1
-  got = _run_onnx(model, tmp_path, onnx_graph.regression_head)
+  got = _run_onnx(model, tmp_path, classification_onnx.regression_head)
   np.testing.assert_allclose(got["value"], want, atol=1e-4)
 
 
 def test_span_graph_equals_the_keras_model_with_padding_masked(tmp_path):
   model = _spread(squad.SpanModel(_encoder("gelu"), seed=1).build_variables())
   logits = model(_inputs(), training=False).numpy()                  # [6, 12, 2]
-  got = _run_onnx(model, tmp_path, onnx_graph.span_head)
+  got = _run_onnx(model, tmp_path, squad_onnx.span_head)
   mask = _inputs()["input_mask"] == 1
   for index, name in enumerate(("start_logits", "end_logits")):
     assert np.ptp(logits[..., index][mask]) > 0.1

@@ -148,6 +148,24 @@ def write_text(path, text):
       f.write(text)
 
 
+@contextlib.contextmanager
+def removed_on_failure(companions):
+  """Yields a list the block appends each file it writes to; when the block
+  fails, each of them and its `companions(path)` (files written beside it)
+  are removed, and the error goes on.
+
+  Args:
+    companions: path -> [paths of the files written with it].
+  """
+  written = []
+  try:
+    yield written
+  except BaseException:
+    remove_if_present([f for path in written
+                       for f in (path, *companions(path))])
+    raise
+
+
 def remove_if_present(paths):
   """Removes each of `paths` that exists (what a failed write left)."""
   for path in paths:

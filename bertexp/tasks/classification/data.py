@@ -201,8 +201,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
                       rows.skipped[:10], " ..." if len(rows.skipped) > 10 else "")
   fileio.makedirs(output_dir)
   sizes, truncated = {}, {}
-  written = []
-  try:
+  with fileio.removed_on_failure(lambda path: [ids_path(path)]) as written:
     for name, rows, _ in splits + (fold_split_list if folds else []):
       path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
       written.append(path)       # removed (with its ids file) on a failure
@@ -240,10 +239,6 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
       meta["label_counts"] = {name: int(c) for name, c in
                               zip(label_names, counts)}
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
-  except BaseException:
-    fileio.remove_if_present(
-        [f for path in written for f in (path, ids_path(path))])
-    raise
   return meta
 
 

@@ -249,8 +249,9 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,
                             doc_stride)
   fileio.makedirs(output_dir)
-  sizes, sentence_counts, split_long, written = {}, {}, {}, []
-  try:
+  sizes, sentence_counts, split_long = {}, {}, {}
+  with fileio.removed_on_failure(
+      lambda path: [sentences_path(path)]) as written:
     for name, sentences in splits:
       path = fileio.join(output_dir, f"{task_name}_{name}.tf_record")
       written.append(path)
@@ -276,8 +277,4 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
         **tokenization.meta_fields(tokenizer_family, keep_accents),
     }
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
-  except BaseException:
-    fileio.remove_if_present(
-        [f for path in written for f in (path, sentences_path(path))])
-    raise
   return meta

@@ -7,6 +7,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_files
 from bertexp import modes
 from bertexp import settings as settings_lib
@@ -162,14 +163,13 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   _check_positive(EVAL_BATCH_SIZE=sched.eval_batch_size,
                   GRADIENT_ACCUMULATION_STEPS=opts.gradient_accumulation_steps)
   derived = derive_schedule(
-      task.num_train_examples(), sched.train_batch_size,
+      _train_examples(task), sched.train_batch_size,
       sched.num_train_epochs, sched.num_eval_per_epoch, sched.warmup_fraction,
       sched.train_steps, sched.warmup_steps,
       sched.eval_interval_steps) if modes.derives_schedule(
           mode) else None
-  if mode == "train_eval_predict" and not task.predict_splits():
-    raise ValueError(f"--mode={mode} needs TEST_DATA_PATH (or "
-                     "EXTRA_TEST_DATA_PATHS) bound")
+  if mode == "train_eval_predict":
+    _prediction_splits(task, mode)
   if mode == "plan":         # what a run would do, without running it
     return _plan(task, derived, sched.train_batch_size,
                  opts.gradient_accumulation_steps, run.seed)
@@ -191,7 +191,8 @@ def _run(mode, task, model_dir, config_text, settings, derived, strategy,
                           if mode == "export_tflite" else contextlib.nullcontext()):
     model = task.build_model()
   if mode == "distill_targets":
-    return task.write_teacher_targets(model)
+    return capabilities.require(task, capabilities.TeacherTargets,
+                                f"--mode={mode}").write(model)
   _check_pretrained_source(mode, model, model_dir, ckpts.init_checkpoint,
                            ckpts.require_pretrained_encoder)
   if modes.exports(mode):
@@ -271,7 +272,7 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
         f"memory plan: unavailable ({why})"]
   result = dict(dataclasses.asdict(schedule), **memory,
                 global_batch_size=train_batch_size,
-                train_data_size=task.num_train_examples(), seed=seed)
+                train_data_size=_train_examples(task), seed=seed)
   print(f"schedule: {schedule.total_steps} steps of {train_batch_size} "
         f"examples ({schedule.eval_interval_steps} per evaluation, warmup "
         f"{schedule.warmup_steps})", flush=True)
@@ -308,7 +309,8 @@ def _export(mode, task, model, model_dir, checkpoint_path):
   """--mode=export (a SavedModel), export_tflite or export_onnx of the
   restored model."""
   run_dir.restore_model(model, model_dir, checkpoint_path)
-  model = task.serving_model(model)
+  model = capabilities.require(task, capabilities.SavedModelServing,
+                               f"--mode={mode}").serving_model(model)
   if mode == "export":
     return {"export_dir": export_lib.export_saved_model(task, model, model_dir)}
   if mode == "export_onnx":
@@ -370,9 +372,25 @@ def _evaluate_or_predict(mode, model_dir, checkpoint_path, task, model,
     fileio.write_json(run_files.eval_results(output_dir), results)
     print("Eval results: " + str(results), flush=True)
     return results
-  if not task.predict_splits():
-    raise ValueError("--mode=predict needs TEST_DATA_PATH (or "
+  predictions = _prediction_splits(task, f"--mode={mode}")
+  return {split: predictions.write(evaluator.gather(split), output_dir, split)
+          for split in predictions.splits}
+
+
+def _train_examples(task):
+  """Training examples per epoch the task declares (0: not counted)."""
+  data = capabilities.find(task, capabilities.TrainingData)
+  return data.num_examples if data else 0
+
+
+def _prediction_splits(task, action):
+  """The task's capabilities.Predictions, with splits to write.
+
+  Raises:
+    ValueError: the task cannot predict, or no split was configured.
+  """
+  predictions = capabilities.require(task, capabilities.Predictions, action)
+  if not predictions.splits:
+    raise ValueError(f"{action} needs TEST_DATA_PATH (or "
                      "EXTRA_TEST_DATA_PATHS) bound")
-  return {split: task.write_predictions(evaluator.gather(split), output_dir,
-                                        split)
-          for split in task.predict_splits()}
+  return predictions

@@ -10,6 +10,7 @@ so TPUs keep static shapes and metrics still cover exactly the eval set.
 import dataclasses
 import math
 import re
+from typing import Optional
 
 import tensorflow as tf
 
@@ -178,6 +179,12 @@ class TrainOrder:
   start: int = 0
   counts_cache: str = None
   group_by_length: bool = False
+
+
+def train_order_or_default(train_order: Optional[TrainOrder],
+                           seed: Optional[int]) -> TrainOrder:
+  """`train_order`, or `seed` (0 when None) from the start of the stream."""
+  return train_order or TrainOrder(seed=seed or 0)
 
 
 # Hugging Face's group_by_length: megabatches of 50 global batches.

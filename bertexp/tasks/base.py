@@ -7,13 +7,13 @@ the strategy scope. It never owns a train step: the trainer calls `loss`,
 import abc
 import copy
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 import tf_keras
 
-from bertexp.data import pipeline
 from bertexp.model import encoders
+from bertexp import capabilities
 
 
 def soft_cross_entropy(teacher_logits, student_logits, temperature, axis=-1):
@@ -75,15 +75,18 @@ class Task(abc.ABC):
   `eval_outputs` and `finalize_eval`. The loop around it (checkpoints,
   resume, evaluation schedule) is the same for every task.
 
-  A new task subclasses Task, implements the abstract methods, is
-  registered with `@gin.configurable(module="bertexp")` and imported in
-  bertexp/registry.py; a .gin file then binds
-  `bertexp.experiment.task = @bertexp.MyTask()`.
+  A new task is a folder (bertexp/tasks/<task>/ or a package declared
+  through the "bertexp.tasks" entry point, see bertexp.tasks.catalog)
+  whose task.py subclasses Task, implements the abstract methods and is
+  registered with `@gin.configurable(module="bertexp")`; a .gin file then
+  binds `bertexp.experiment.task = @bertexp.MyTask()`.
 
-  What a task can do besides training is declared here, never probed for
-  by the shared layers: a capability the task lacks raises a one-line
-  ValueError naming the task (export-onnx of a task without an ONNX head,
-  --mode=distill_targets of a task without a teacher).
+  What a task can do besides training is not a method here: it lists its
+  capabilities (`capabilities()`, see bertexp.tasks.capabilities), and a
+  shared layer that needs one asks for it by kind; a capability the task
+  lacks is a one-line ValueError naming the task and the capability
+  (export-onnx of a task without an ONNX graph, --mode=distill_targets of
+  a task without a teacher).
 
   Shape legend: B examples in a (per-replica) batch, S sequence length.
   """
@@ -133,11 +136,6 @@ class Task(abc.ABC):
       A dataset of (features, labels); features["example_weight"] [B] is 0
       on padding rows, and training adds features["record_index"] [B].
     """
-
-  def default_train_order(self, train_order: Optional[pipeline.TrainOrder]
-                          ) -> pipeline.TrainOrder:
-    """`train_order`, or the task's seed (0 when None) from the start."""
-    return train_order or pipeline.TrainOrder(seed=self.seed or 0)
 
   @abc.abstractmethod
   def per_example_loss(self, labels: Any, outputs: Any) -> tf.Tensor:
@@ -199,153 +197,16 @@ class Task(abc.ABC):
     """{split name: number of examples} to evaluate on."""
     return {}
 
-  def serving_outputs(self, outputs: Any) -> Dict[str, tf.Tensor]:
-    """What the exported SavedModel returns for the model's outputs."""
-    raise NotImplementedError(f"{type(self).__name__} cannot be exported")
-
-  def serving_model(self, model: tf_keras.Model) -> tf_keras.Model:
-    """The model an export saves, weights restored (default: `model`; a
-    distillation task's is the student alone)."""
-    return model
-
-  def text_serving(self, model: tf_keras.Model) -> Optional[tf.Module]:
-    """The raw-text serving signature of an export, or None.
-
-    Args:
-      model: the task's model, weights restored.
-    Returns:
-      A tf.Module whose `signature()` gives the concrete function saved as
-      `serve_text` (it tracks the tokenizer, so the export carries the
-      vocabulary), or None when the task serves token ids only.
-    """
-    del model
-    return None
-
-  def text_packer(self, model: tf_keras.Model) -> Optional[tf.Module]:
-    """The tokenizer and packing of `text_serving` alone (raw text -> token
-    ids), saved beside an ONNX model to give it `serve_text`; None when the
-    task's raw-text serving needs more than packing (default) or it has no
-    vocabulary."""
-    del model
-    return None
-
-  def predictor_decoder(self) -> Optional[Callable[[Dict, int], Dict]]:
-    """The module-level function that turns row i of `serve_text`'s outputs
-    into what `bertexp.Predictor.predict` returns for that row (called as
-    function(outputs {name: [N, ...] numpy}, i) -> dict); an export records
-    its "module:name", so the module must be importable where the export is
-    read. None (default): every output's value of the row, strings
-    decoded."""
-    return None
-
-  def predictor_methods(self) -> Dict[str, Callable[..., Any]]:
-    """{name: module-level function} that `bertexp.Predictor` offers as
-    methods for this task's exports (e.g. a multiple-choice task's
-    `choose`), called as function(predictor, *args); an export records each
-    one's "module:name". Default: none."""
-    return {}
-
-  # Whether a DistillationTask may train this task as a student from
-  # teacher outputs written once (--mode=distill_targets): outputs of a
-  # fixed width per example.
-  offline_teacher_targets: bool = False
-
-  def distillation_loss(self, teacher_outputs: tf.Tensor, outputs: tf.Tensor,
-                        temperature: float) -> tf.Tensor:
-    """How far this task's outputs are from a teacher's, per example, when
-    a DistillationTask trains it as a student (default: the softened
-    cross-entropy over the last axis, for class logits).
-
-    Args:
-      teacher_outputs, outputs: the teacher's and the student's model
-        outputs for one batch ([B, ...]).
-      temperature: the distillation temperature T.
-    Returns:
-      [B] float32.
-    """
-    return soft_cross_entropy(teacher_outputs, outputs, temperature)
-
-  def onnx_head(self) -> Callable[[Any, tf_keras.Model], Tuple[Dict, Dict]]:
-    """The writer of this task's head in an ONNX graph (see
-    bertexp.model.onnx_graph: called as writer(graph, model) -> (outputs,
-    output shapes)).
-
-    Raises:
-      ValueError: the task has no ONNX head (default).
-    """
-    raise ValueError(f"export-onnx: {type(self).__name__} has no ONNX head "
-                     "(export a SavedModel with --mode=export instead)")
-
-  def tflite_outputs(self, outputs: Any) -> Dict[str, tf.Tensor]:
-    """What export-tflite's models return for the model's outputs.
-
-    Raises:
-      ValueError: the task has no TFLite export (default).
-    """
-    del outputs
-    raise ValueError(f"export-tflite: {type(self).__name__} has no TFLite "
-                     "export (it converts classifiers)")
-
-  def write_teacher_targets(self, model: tf_keras.Model) -> Any:
-    """--mode=distill_targets: writes a teacher's outputs once.
-
-    Raises:
-      ValueError: the task has no teacher (default).
-    """
-    del model
-    raise ValueError(f"--mode=distill_targets: {type(self).__name__} has no "
-                     "teacher; bind bertexp.experiment.task to a task that "
-                     "distils (e.g. @bertexp.DistillationTask())")
-
-  def predict_splits(self) -> List[str]:
-    """Splits that --mode=predict writes predictions for."""
-    return []
-
-  def write_predictions(self, gathered: Dict[str, Any], output_dir: str,
-                        split: str) -> Any:
-    """Writes the prediction files of `split` into `output_dir`.
-
-    Args:
-      gathered: {name: numpy array} of `eval_outputs` over the split.
-      output_dir: the (worker's) MODEL_DIR.
-      split: one of `predict_splits`.
-    Returns:
-      What was written (paths, counts), for the log and the caller.
-    Raises:
-      NotImplementedError: the task cannot predict.
-    """
-    raise NotImplementedError(f"{type(self).__name__} cannot predict")
-
-  def input_files(self) -> Dict[str, Any]:
-    """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
-    return {"vocab_file": None, "data_files": []}
-
-  def check_training_data(self) -> None:
-    """Before the first step: raises a clear error when the training files
-    disagree with the configuration (see
-    `bertexp.data.pipeline.check_training_files`)."""
-
-  def after_training(self, model: tf_keras.Model, model_dir: str) -> None:
-    """Called once training ends (e.g. pretraining writes its encoder)."""
-    del model, model_dir
-
-  def initialisation(self) -> Optional[str]:
-    """How `build_model` initialised weights besides INIT_CHECKPOINT (e.g.
-    layers copied from a teacher), for the log and the Training Summary;
-    None when it did not."""
-    return None
-
-  def num_train_examples(self) -> int:
-    return 0
-
-  def model_shape(self) -> Tuple[Any, int, Any]:
-    """(BertConfig, max_seq_length, bertexp.model.memory_plan.Head): what the
-    memory plan of --mode=plan needs, read without building the model."""
-    raise NotImplementedError
-
   def selection_metric(self) -> str:
     """The metric that selects the best checkpoint and sweep configuration."""
     return "loss"
+
+  def capabilities(self) -> Sequence[capabilities.Capability]:
+    """What the task can do besides training (exports, serving, Predictor
+    methods, predictions, teacher targets, the memory plan...), each a
+    capability of bertexp.tasks.capabilities; shared layers ask for the
+    kind they need. Default: none."""
+    return ()
 
 
 class RecordTask(Task):
@@ -409,9 +270,29 @@ class RecordTask(Task):
             else self.dropout_rate)
 
   def num_train_examples(self) -> int:
+    """Training examples per epoch, as the meta data counts them."""
     return int(self.meta.get("train_data_size", 0))
 
   def input_files(self) -> Dict[str, Any]:
+    """{"vocab_file": path or None, "data_files": [paths]} for provenance."""
     return {"vocab_file": self.meta.get("vocab_file"),
             "data_files": [self.meta_data_path,
                            *[p for p in self.paths.values() if p]]}
+
+  def check_training_data(self) -> None:
+    """Before the first step: raises a clear error when the training files
+    disagree with the configuration (see
+    `bertexp.data.pipeline.check_training_files`)."""
+
+  def distillation_loss(self, teacher_outputs, outputs, temperature):
+    """[B] how far `outputs` are from a teacher's, for a task that declares
+    capabilities.DistillationStudent with it (default: the softened
+    cross-entropy over the last axis, for class logits)."""
+    return soft_cross_entropy(teacher_outputs, outputs, temperature)
+
+  def capabilities(self) -> Sequence[capabilities.Capability]:
+    """Training data from records; subclasses add theirs
+    (`capabilities.merged`)."""
+    return (capabilities.TrainingData(
+                num_examples=self.num_train_examples(),
+                files=self.input_files(), check=self.check_training_data),)

@@ -13,6 +13,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import run_files
 from bertexp.checkpoints import verified
@@ -361,7 +362,11 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
   if loop.early_stopping_patience and mode != "train_and_eval":
     raise ValueError("early_stopping_patience needs evaluations: "
                      "--mode=train_and_eval (or train_eval_predict)")
-  task.check_training_data()
+  data = capabilities.find(task, capabilities.TrainingData)
+  if data:
+    data.check()
+  hooks = (capabilities.find(task, capabilities.RunHooks) or
+           capabilities.RunHooks())
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
   resume_from = verified.prepare_model_dir(model_dir)
@@ -373,7 +378,8 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
       loop.checkpoint_interval_steps or schedule.eval_interval_steps)
   initialisation = _start_weights(
       model, optimizer, model_dir, resume_from, loop.init_checkpoint,
-      loop.init_optimizer_state, task.initialisation())
+      loop.init_optimizer_state,
+      hooks.initialisation() if hooks.initialisation else None)
   if resume_from and checkpoint_step(resume_from) >= schedule.total_steps > 0:
     return _already_finished(model_dir, checkpoint_step(resume_from))
   if config_text is not None:
@@ -415,7 +421,8 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
         logging.info("%s", stop)
         print(f"bertexp: {stop}", flush=True)
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
-  task.after_training(model, model_dir)
+  if hooks.after_training:
+    hooks.after_training(model, model_dir)
   steps_run = int(optimizer.iterations.numpy()) - resumed_step
   batch = step_settings.global_batch_size
   return _write_summary(model_dir, dict(

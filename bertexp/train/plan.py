@@ -10,6 +10,7 @@ import os
 
 import gin
 
+from bertexp import capabilities
 from bertexp.model import memory_plan
 from bertexp.train import strategy as strategy_lib
 from bertexp.util import gpus as gpu_probe
@@ -78,7 +79,8 @@ def memory_report(task, *, train_batch_size, accumulation_steps,
   """The memory plan of training `task` as configured: a dict of figures
   and the lines --mode=plan prints. tpu_type / tpu_cores describe the TPU a
   "tpu" strategy will get; device_memory_gb overrides the device's memory."""
-  config, seq, head = task.model_shape()
+  config, seq, head = capabilities.require(
+      task, capabilities.MemoryPlan, "--mode=plan").model_shape()
   name, replicas, device_bytes, runtime = device(tpu_type, tpu_cores,
                                                  device_memory_gb)
   precision = _precision(name)

@@ -9,6 +9,7 @@ import subprocess
 
 import tensorflow as tf
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_dir
 from bertexp.train import strategy as strategy_lib
 from bertexp.util import fileio
@@ -66,7 +67,8 @@ def record(task, *, init_checkpoint, seed, deterministic, cpu_threads,
   """What a run's numbers depend on besides its gin config (for
   training_summary.json); `precision` is the one the run used ("auto"
   resolved)."""
-  files = task.input_files()
+  files = (capabilities.find(task, capabilities.TrainingData) or
+           capabilities.TrainingData()).files
   return {
       "seed": seed, "deterministic": deterministic, "cpu_threads": cpu_threads,
       "precision": precision,

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp import cli
 from bertexp.tasks.classification import task as classification
 from bertexp.tasks.distillation import task as distillation
@@ -138,7 +139,7 @@ def test_student_that_copies_the_teacher_has_zero_distillation_loss(
     np.testing.assert_allclose(numerators[term].numpy(), 0.0, atol=1e-5)
   assert float(tf.reduce_mean(numerators["label/loss"])) > 1e-3
   assert "teacher layers [0, 1] -> student layers [0, 1]" in \
-      task.initialisation()
+      capabilities.find(task, capabilities.RunHooks).initialisation()
 
 
 def test_narrower_student_gets_a_projection_and_a_positive_hidden_loss(

@@ -144,13 +144,16 @@ def test_span_graph_equals_the_keras_model_with_padding_masked(tmp_path):
     assert (got[name][~mask] < -9000).all()       # padding holds no answer
 
 
-def test_a_task_without_an_onnx_head_says_so_in_one_line():
-  """Tagging declares no ONNX head (Task.onnx_head's default): export-onnx
-  refuses it by name, as it does every task that declares none."""
-  tagger = object.__new__(tagging.TaggingTask)   # onnx_head reads no field
-  with pytest.raises(ValueError, match=r"^export-onnx: TaggingTask has no "
-                     r"ONNX head \(export a SavedModel"):
-    tagger.onnx_head()
+def test_a_task_without_an_onnx_head_says_so_in_one_line(tmp_path):
+  """Tagging declares no ONNX graph: export-onnx refuses it by name before
+  anything is written, as it does every task that declares none."""
+  tagger = object.__new__(tagging.TaggingTask)   # capabilities read these
+  tagger.meta, tagger.meta_data_path = {}, "meta.json"
+  tagger.paths = {"train": None, "eval": None, "test": None}
+  with pytest.raises(ValueError, match=r"^export-onnx: TaggingTask does not "
+                     r"declare an ONNX graph \(export a SavedModel"):
+    onnx_export.export_onnx(tagger, None, str(tmp_path / "run"), inputs={})
+  assert not os.path.exists(tmp_path / "run")
 
 
 def test_export_onnx_command_writes_float32_and_int8(

@@ -21,6 +21,7 @@ from tensorflow_serving.apis import (get_model_metadata_pb2,
                                      get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
+from bertexp import capabilities
 from conftest import TINY_VOCAB, start_server, tiny_sst2_task
 
 TEXTS = ["the movie was good", "a dull film .", "it is not fun", "very bad",
@@ -59,7 +60,8 @@ def _export(root, tflite=False):
 def _write_onnx_files(model, task, model_dir):
   """What export-onnx writes, version 1: onnx/{float32,int8}/1/model.onnx."""
   from bertexp.serving.exporting import onnx_export
-  proto = onnx_export.build_model_proto(model, task.onnx_head())
+  proto = onnx_export.build_model_proto(model, capabilities.require(
+      task, capabilities.OnnxGraph, "export-onnx").head)
   for kind in ("float32", "int8"):
     os.makedirs(f"{model_dir}/onnx/{kind}/1")
   float_path = f"{model_dir}/onnx/float32/1/model.onnx"

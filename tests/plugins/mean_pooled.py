@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.data import pipeline
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -77,7 +78,7 @@ class MeanPooledClassificationTask(base.RecordTask):
         self.paths[split], seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        train_order=self.default_train_order(train_order),
+        train_order=pipeline.train_order_or_default(train_order, self.seed),
         shuffle_buffer=self.shuffle_buffer_size,
         num_examples=(None if split == "train" else
                       self.meta["split_sizes"][split]))
@@ -105,8 +106,13 @@ class MeanPooledClassificationTask(base.RecordTask):
   def selection_metric(self):
     return "accuracy"
 
-  def predict_splits(self):
-    return ["test"] if self.paths["test"] else []
+  def capabilities(self):
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.SavedModelServing(outputs=self.serving_outputs,
+                                       text=self.text_serving),
+        capabilities.Predictions(splits=["test"] if self.paths["test"] else [],
+                                 write=self.write_predictions))
 
   def write_predictions(self, gathered, output_dir, split):
     real = gathered["weights"] > 0

@@ -19,6 +19,7 @@ import time
 import tensorflow as tf
 
 from bertexp.checkpoints import run_files
+from bertexp import capabilities
 from bertexp.util import fileio
 from bertexp.util import serving_weights
 
@@ -26,11 +27,12 @@ class _ServingModule(tf.Module):
   """What an export saves: the model, `serving_default` on token ids, and
   the task's raw-text module (its tokenizer) when it has one."""
 
-  def __init__(self, model, task):
+  def __init__(self, model, serving):
     super().__init__()
     serving_weights.attach_model(self, model)
-    self._serving_outputs = task.serving_outputs
-    self.text = task.text_serving(model)      # tracked: saved with the model
+    self._serving_outputs = serving.outputs
+    # tracked: saved with the model
+    self.text = serving.text(model) if serving.text else None
 
   @tf.function(input_signature=[{
       name: tf.TensorSpec([None, None], tf.int32, name)
@@ -59,20 +61,30 @@ def write_export_info(task, export_dir):
   ("module:name", or null for the Predictor's generic rows) and its
   Predictor methods ({name: "module:name"})."""
   name = lambda function: f"{function.__module__}:{function.__qualname__}"
-  decoder = task.predictor_decoder()
+  api = (capabilities.find(task, capabilities.PredictorApi) or
+         capabilities.PredictorApi())
   fileio.makedirs(fileio.join(export_dir, "assets.extra"))
   fileio.write_json(fileio.join(export_dir, EXPORT_INFO), {
-      "predictor_decoder": decoder and name(decoder),
+      "predictor_decoder": api.decoder and name(api.decoder),
       "predictor_methods": {method: name(function) for method, function in
-                            task.predictor_methods().items()}})
+                            api.methods.items()}})
 
 
 def export_saved_model(task, model, model_dir, version=None):
-  """Writes export/<version>/ (version: seconds since the epoch by default)."""
+  """Writes export/<version>/ (version: seconds since the epoch by default).
+
+  Args:
+    task: a task declaring capabilities.SavedModelServing.
+    model: the model that serving capability's `serving_model` gives.
+  Raises:
+    ValueError: the task declares no SavedModel export (one line).
+  """
+  serving = capabilities.require(task, capabilities.SavedModelServing,
+                                 "--mode=export")
   version = version or int(time.time())
   export_dir = run_files.export_version(model_dir, version)
   tmp_dir = fileio.temp_name(export_dir)
-  module = _ServingModule(model, task)
+  module = _ServingModule(model, serving)
   signatures = {"serving_default": module.serve.get_concrete_function()}
   if module.text is not None:
     signatures["serve_text"] = module.text.signature()
@@ -85,26 +97,27 @@ def export_saved_model(task, model, model_dir, version=None):
 
 
 def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
-  """Token-id classifier -> TFLite, float and dynamic-range int8.
+  """Token ids -> TFLite, float and dynamic-range int8.
 
-  The task's `tflite_outputs` gives the models' outputs ({"probabilities":
-  [B, L]}); a task without them raises its one-line ValueError before
-  anything is written.
+  The task's capabilities.TfliteGraph gives the models' outputs (e.g.
+  {"probabilities": [B, L]}) and the one compared; a task without it is a
+  one-line ValueError before anything is written.
 
   Writes MODEL_DIR/tflite/model_{float,int8}.tflite and reports each file's
   size and its agreement with the float32 Keras model on `inputs` (held-out
-  token ids): argmax agreement and max probability difference.
+  token ids) on the compared output: argmax agreement and max difference.
   """
-  seq = task.meta["max_seq_length"]
-  spec = {name: tf.TensorSpec([1, seq], tf.int32, name)
+  graph = capabilities.require(task, capabilities.TfliteGraph,
+                               "export-tflite")
+  spec = {name: tf.TensorSpec([1, graph.seq_length], tf.int32, name)
           for name in ("input_word_ids", "input_mask", "input_type_ids")}
 
   @tf.function(input_signature=[spec], autograph=False)
   def classify(features):
-    return task.tflite_outputs(model(features, training=False))
+    return graph.outputs(model(features, training=False))
 
-  reference = task.tflite_outputs(model(inputs, training=False))
-  reference = reference["probabilities"].numpy()                     # [N, L]
+  reference = graph.outputs(model(inputs, training=False))
+  reference = reference[graph.compared].numpy()                      # [N, L]
   folder = run_files.tflite(model_dir)
   fileio.makedirs(folder)
   # The converter saves its functions with this object first: the model's
@@ -127,7 +140,8 @@ def export_tflite(task, model, model_dir, inputs, *, max_examples=256):
     interpreter = tf.lite.Interpreter(model_content=flatbuffer)
     runner = interpreter.get_signature_runner()
     count = min(max_examples, len(reference))
-    got = [runner(**{k: v[i:i + 1] for k, v in inputs.items()})["probabilities"][0]
+    got = [runner(**{k: v[i:i + 1] for k, v in inputs.items()})[
+        graph.compared][0]
            for i in range(count)]
     got = tf.stack(got).numpy()
     report[kind] = {

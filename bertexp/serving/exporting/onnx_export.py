@@ -26,6 +26,7 @@ import numpy as np
 
 from bertexp.checkpoints import run_files
 from bertexp.model import onnx_graph
+from bertexp import capabilities
 from bertexp.util import fileio
 
 MODEL_FILE = "model.onnx"
@@ -44,7 +45,7 @@ def build_model_proto(model, head):
 
   Args:
     model: a task's serving model, weights restored.
-    head: the task's head writer (`task.onnx_head()`, see
+    head: the task's head writer (its capabilities.OnnxGraph, see
       bertexp.model.onnx_graph).
   Returns:
     onnx.ModelProto with serving_default's inputs and outputs.
@@ -130,12 +131,14 @@ def export_onnx(task, model, model_dir, inputs, labels=None, version=None):
   """
   import tempfile
   import tensorflow as tf
-  head = task.onnx_head()       # a task without one: its one-line error
+  graph = capabilities.require(task, capabilities.OnnxGraph, "export-onnx")
+  serving = capabilities.require(task, capabilities.SavedModelServing,
+                                 "export-onnx")
   version = version or int(time.time())
   expected = _in_batches(lambda rows: {
-      k: np.asarray(v) for k, v in task.serving_outputs(
+      k: np.asarray(v) for k, v in serving.outputs(
           model(rows, training=False)).items()}, inputs)
-  proto = build_model_proto(model, head)
+  proto = build_model_proto(model, graph.head)
   report = {}
   # ONNX Runtime reads local files: built in a local folder, then copied
   # (MODEL_DIR may be gs://); each version folder appears whole.
@@ -175,7 +178,8 @@ def save_text_packer(task, model, folder):
     vocabulary file), with a line saying so.
   """
   import tensorflow as tf
-  packer = task.text_packer(model)
+  serving = capabilities.find(task, capabilities.SavedModelServing)
+  packer = serving.packer(model) if serving and serving.packer else None
   if packer is None:
     print(f"{folder}: no serve_text for this ONNX model (the task's raw-text "
           "serving needs more than tokenizing; send token ids)", flush=True)

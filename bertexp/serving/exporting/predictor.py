@@ -4,7 +4,7 @@
     predictor.predict(["a fine film", "dull"])              # one text per row
     predictor.predict(["江泽民在北京"])                       # a tagger: entities
     predictor.predict([("sentence a", "sentence b")])       # pairs
-    predictor.answer("Who wrote it?", "It was written by Ann.")
+    predictor.answer("Who wrote it?", "It was written by Ann.")  # a task's method
 
 It calls the SavedModel's `serve_text` signature (tokenizer and packing in
 the graph, as `bertexp prepare` does), in batches of `batch_size`.
@@ -15,15 +15,10 @@ import importlib
 import numpy as np
 import tensorflow as tf
 
+from bertexp import capabilities
 from bertexp.serving.exporting import export
 from bertexp.serving.exporting.versions import resolve_export_dir
 from bertexp.util import fileio
-
-
-def _text(value, what):
-  if not isinstance(value, str):
-    raise ValueError(f"{what}: expected a string, got {type(value).__name__}")
-  return value
 
 
 def generic_row(outputs, i):
@@ -62,18 +57,19 @@ def _function(name, where):
 
 
 class Predictor:
-  """Classification, regression, tagging or question answering from an export.
+  """An exported model of any task, on raw text.
 
   `predict(rows)` -> one dict per row, as the task's decoder gives it
-  (recorded in the export, see Task.predictor_decoder), else each output's
-  value of the row: {"label", "probabilities"} for a classifier
-  (probabilities in label-id order), {"value"} for regression,
+  (recorded in the export, see bertexp.capabilities.PredictorApi), else
+  each output's value of the row: {"label", "probabilities"} for a
+  classifier (probabilities in label-id order), {"value"} for regression,
   {"entities": [{"text", "type", "start", "end", "score"}], "words": [{"text",
   "tag", "start", "end", "score"}]} for a tagger (character offsets into the
   row's text).
+  The task's own methods, recorded in the export: question answering's
   `answer(question, context)` -> {"answer", "score", "context_truncated"}
-  (SQuAD v2.0 models also "null_score_diff"); lists of questions and
-  contexts give a list.
+  (SQuAD v2.0 models also "null_score_diff"), multiple choice's
+  `choose(context, choices)`, embeddings' `encode(texts)`.
   """
 
   def __init__(self, export_dir, batch_size=64):
@@ -99,7 +95,7 @@ class Predictor:
                      (info.get("predictor_methods") or {}).items()}
 
   def __getattr__(self, name):
-    """A method the export's task offers (Task.predictor_methods)."""
+    """A method the export's task offers (its PredictorApi's methods)."""
     methods = self.__dict__.get("_methods", {})
     if name not in methods:
       raise AttributeError(f"{type(self).__name__} of "
@@ -131,9 +127,6 @@ class Predictor:
 
   def predict(self, rows):
     """Texts (one-text models) or (text_a, text_b) pairs -> dicts."""
-    if self.inputs == ["context", "question"]:
-      raise ValueError("a question-answering model: use answer(question, "
-                       "context)")
     if self.inputs not in (["text"], ["text_a", "text_b"]):
       offered = ", ".join(f"{name}()" for name in sorted(self._methods))
       raise ValueError(f"{self.export_dir}: this model reads {self.inputs}, "
@@ -141,14 +134,16 @@ class Predictor:
                        f"{offered or 'run(columns)'}")
     rows = list(rows)
     if self.inputs == ["text"]:
-      columns = {"text": [_text(r, f"row {i}") for i, r in enumerate(rows)]}
+      columns = {"text": [capabilities.checked_text(r, f"row {i}")
+                          for i, r in enumerate(rows)]}
     else:
       for i, row in enumerate(rows):
         if not isinstance(row, (tuple, list)) or len(row) != 2:
           raise ValueError(f"row {i}: this model reads pairs (text_a, "
                            f"text_b), got {row!r}")
-      columns = {"text_a": [_text(a, f"row {i}") for i, (a, _) in enumerate(rows)],
-                 "text_b": [_text(b, f"row {i}") for i, (_, b) in enumerate(rows)]}
+      columns = {
+          "text_a": [capabilities.checked_text(a, f"row {i}") for i, (a, _) in enumerate(rows)],
+          "text_b": [capabilities.checked_text(b, f"row {i}") for i, (_, b) in enumerate(rows)]}
     if not rows:
       return []
     out = self.run(columns)
@@ -157,21 +152,3 @@ class Predictor:
   def decode(self, outputs, i):
     """Row i of `run`'s outputs as the task's decoder makes it."""
     return self._decode(outputs, i)
-
-  def answer(self, question, context):
-    """The answer span of `context` for `question` (or lists of both)."""
-    if self.inputs != ["context", "question"]:
-      raise ValueError("not a question-answering model: use predict(rows)")
-    single = isinstance(question, str)
-    questions = [question] if single else list(question)
-    contexts = [context] if single else list(context)
-    if len(questions) != len(contexts):
-      raise ValueError(f"{len(questions)} questions but {len(contexts)} "
-                       "contexts")
-    if not questions:
-      return []
-    out = self.run({
-        "question": [_text(q, f"question {i}") for i, q in enumerate(questions)],
-        "context": [_text(c, f"context {i}") for i, c in enumerate(contexts)]})
-    results = [self._decode(out, i) for i in range(len(questions))]
-    return results[0] if single else results

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
@@ -30,6 +31,11 @@ SUBMISSION_FILES = {
     ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv",
     ("wnli", "test"): "WNLI.tsv",
 }
+
+
+def tflite_outputs(outputs):
+  """A TFLite classifier's outputs of logits [B, L]."""
+  return {"probabilities": tf.nn.softmax(outputs, axis=-1)}          # [B, L]
 
 
 def _read_meta(path):
@@ -216,7 +222,7 @@ class ClassificationTask(base.RecordTask):
         path, seq_length=self.meta["max_seq_length"],
         label_type=self.meta["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        train_order=self.default_train_order(train_order),
+        train_order=pipeline.train_order_or_default(train_order, self.seed),
         shuffle_buffer=self.shuffle_buffer_size,
         num_examples=None if split == "train" else self.split_size(split),
         int_features=self.int_features)
@@ -321,26 +327,37 @@ class ClassificationTask(base.RecordTask):
     return {"probabilities": probabilities,
             "label": tf.gather(tf.constant(names), tf.argmax(probabilities, -1))}
 
-  offline_teacher_targets = True
-
   def distillation_loss(self, teacher_outputs, outputs, temperature):
     if self.is_regression:          # the teacher's value as the target
       return tf.square(tf.cast(outputs[:, 0] - teacher_outputs[:, 0],
                                tf.float32))                          # [B]
     return super().distillation_loss(teacher_outputs, outputs, temperature)
 
-  def tflite_outputs(self, outputs):
-    if self.is_regression:
-      return super().tflite_outputs(outputs)
-    return {"probabilities": tf.nn.softmax(outputs, axis=-1)}        # [B, L]
+  def capabilities(self):
+    declared = [
+        capabilities.DistillationStudent(loss=self.distillation_loss,
+                                         offline_targets=True),
+        capabilities.MemoryPlan(model_shape=self.model_shape),
+        capabilities.SavedModelServing(
+            outputs=self.serving_outputs, text=self.text_serving,
+            packer=self.text_packer),
+        capabilities.OnnxGraph(head=self.onnx_head()),
+        capabilities.Predictions(splits=list(self.test_paths),
+                                 write=self.write_predictions)]
+    if not self.is_regression:
+      declared.append(capabilities.TfliteGraph(
+          outputs=tflite_outputs, seq_length=self.meta["max_seq_length"]))
+    return capabilities.merged(super().capabilities(), *declared)
 
   def onnx_head(self):
+    """The ONNX head writer: the regression value or the classifier's."""
     if self.is_regression:
       return onnx_writers.regression_head
     return onnx_writers.classifier_head(self.meta.get("label_names") or [
         str(i) for i in range(self.num_labels)])
 
   def text_packer(self, model):
+    """`text_serving`'s tokenizer and packing alone (or None)."""
     serving = self.text_serving(model)
     return serving and serving.packer()
 
@@ -355,9 +372,6 @@ class ClassificationTask(base.RecordTask):
     return {"vocab_file": self.meta.get("vocab_file"),
             "data_files": [self.meta_data_path, self.train_data_path,
                            *self.eval_paths.values(), *self.test_paths.values()]}
-
-  def predict_splits(self):
-    return list(self.test_paths)
 
   def selection_metric(self):
     return self.metric_names[0]

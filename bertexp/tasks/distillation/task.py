@@ -23,6 +23,7 @@ TinyBERT's two stages are two runs: the intermediate terms alone, then the
 distill term from the first run (student_init="checkpoint",
 INIT_CHECKPOINT = the first MODEL_DIR).
 """
+import dataclasses
 import logging
 import re
 
@@ -30,6 +31,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
@@ -363,7 +365,10 @@ class DistillationTask(base.Task):
       raise ValueError("bertexp.DistillationTask.teacher_targets hold the "
                        "teacher's outputs only: hidden_weight and "
                        "attention_weight must be 0")
-    if teacher_targets and not student.offline_teacher_targets:
+    self._as_student = capabilities.require(
+        student, capabilities.DistillationStudent,
+        "bertexp.DistillationTask.student")
+    if teacher_targets and not self._as_student.offline_targets:
       raise ValueError("bertexp.DistillationTask.teacher_targets: a "
                        f"{type(student).__name__} student takes its "
                        "teacher's outputs in the step only (the targets "
@@ -456,16 +461,10 @@ class DistillationTask(base.Task):
             f"{list(chosen)} -> student layers {list(range(depth))} (of the "
             f"teacher's {teacher_depth}) from {prefix}")
 
-  def initialisation(self):
-    return self._initialisation
-
-  def model_shape(self):
-    return self.student.model_shape()
-
   # -- loss ----------------------------------------------------------------
   def _distill_per_example(self, teacher_logits, logits):
-    return self.student.distillation_loss(teacher_logits, logits,
-                                          self.temperature)          # [B]
+    return self._as_student.loss(teacher_logits, logits,
+                                 self.temperature)                   # [B]
 
   def loss_weights(self, labels):
     first = tf.nest.flatten(labels)[0]
@@ -586,7 +585,7 @@ class DistillationTask(base.Task):
         seq_length=meta["max_seq_length"],
         label_type=meta["label_type"], batch_size=batch_size,
         is_training=True, input_context=input_context,
-        train_order=self.default_train_order(train_order),
+        train_order=pipeline.train_order_or_default(train_order, self.seed),
         shuffle_buffer=self.student.shuffle_buffer_size,
         float_features={teacher_targets.FEATURE:
                         info["outputs_per_example"]})
@@ -601,9 +600,6 @@ class DistillationTask(base.Task):
           ",".join(self.stream_files(self.training_files())))
     return student.build_inputs(split, input_context, batch_size, train_order)
 
-  def default_train_order(self, train_order):
-    return self.student.default_train_order(train_order)
-
   def eval_outputs(self, features, labels, outputs):
     return self.student.eval_outputs(features, labels, outputs)
 
@@ -612,13 +608,6 @@ class DistillationTask(base.Task):
 
   def eval_splits(self):
     return self.student.eval_splits()
-
-  def serving_outputs(self, outputs):
-    return self.student.serving_outputs(outputs)
-
-  def serving_model(self, model):
-    """The student alone: exports never hold the teacher or the wrapper."""
-    return model.student_model()
 
   @property
   def num_labels(self):
@@ -629,26 +618,23 @@ class DistillationTask(base.Task):
     """The student's SEED: the data order is the student's."""
     return self.student.seed
 
-  def text_serving(self, model):
-    return self.student.text_serving(model)
-
-  def text_packer(self, model):
-    return self.student.text_packer(model)
-
-  def predictor_decoder(self):
-    return self.student.predictor_decoder()
-
-  def onnx_head(self):
-    return self.student.onnx_head()
-
-  def tflite_outputs(self, outputs):
-    return self.student.tflite_outputs(outputs)
-
-  def predict_splits(self):
-    return self.student.predict_splits()
-
-  def write_predictions(self, gathered, output_dir, split):
-    return self.student.write_predictions(gathered, output_dir, split)
+  def capabilities(self):
+    """The student's capabilities (an export saves the student alone, never
+    the teacher or the wrapper), training data with the unlabelled text,
+    teacher targets, and how build_model initialised the student."""
+    kept = [c for c in self.student.capabilities() if not isinstance(
+        c, (capabilities.DistillationStudent, capabilities.RunHooks))]
+    declared = [
+        capabilities.TrainingData(
+            num_examples=self.num_train_examples(), files=self.input_files(),
+            check=self.check_training_data),
+        capabilities.TeacherTargets(write=self.write_teacher_targets),
+        capabilities.RunHooks(initialisation=lambda: self._initialisation)]
+    serving = capabilities.find(self.student, capabilities.SavedModelServing)
+    if serving:
+      declared.append(dataclasses.replace(
+          serving, serving_model=lambda model: model.student_model()))
+    return capabilities.merged(kept, *declared)
 
   def input_files(self):
     files = self.student.input_files()

@@ -22,6 +22,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from bertexp import capabilities
 from bertexp.checkpoints import sentence_transformers
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -115,6 +116,11 @@ def embed(predictor, texts):
   return vectors[0] if single else vectors
 
 
+def serving_outputs(outputs):
+  """The export's outputs of the model's [B, 1 + K, D]: embeddings [B, D]."""
+  return {"embeddings": outputs[:, 0]}                               # [B, D]
+
+
 def onnx_pooling_head(mode, normalize):
   """The ONNX writer of an EmbeddingModel's embeddings [B, D]."""
   def write(graph, model):
@@ -204,10 +210,6 @@ class EmbeddingTask(base.RecordTask):
         pooling_mode=self.pooling, normalize=self.normalize,
         name="embedding_model").build_variables()
 
-  def model_shape(self):
-    raise ValueError("the memory plan does not cover sentence embeddings "
-                     "(several texts per example)")
-
   # -- data ----------------------------------------------------------------
   def _layout(self, split):
     layout = self.meta["splits"].get(split)
@@ -236,7 +238,7 @@ class EmbeddingTask(base.RecordTask):
         self.paths[split], seq_length=self._width(layout),
         label_type=layout["label_type"], batch_size=batch_size,
         is_training=split == "train", input_context=input_context,
-        train_order=self.default_train_order(train_order),
+        train_order=pipeline.train_order_or_default(train_order, self.seed),
         shuffle_buffer=self.shuffle_buffer_size,
         num_examples=(None if split == "train" else
                       self.meta["split_sizes"][split]))
@@ -310,32 +312,28 @@ class EmbeddingTask(base.RecordTask):
     return {"retrieval": "mrr@10", "scored": "spearman"}.get(layout, "loss")
 
   # -- out -----------------------------------------------------------------
-  def serving_outputs(self, outputs):
-    return {"embeddings": outputs[:, 0]}                             # [B, D]
+  def capabilities(self):
+    """Exports (SavedModel, ONNX) and the Predictor's `embed`; no memory
+    plan (several texts per example) and no distillation."""
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.SavedModelServing(
+            outputs=serving_outputs, text=self.text_serving,
+            packer=self.text_packer),
+        capabilities.PredictorApi(methods={"embed": embed}),
+        capabilities.OnnxGraph(
+            head=onnx_pooling_head(self.pooling, self.normalize)))
 
   def text_serving(self, model):
     """`serve_text`: text [B] -> embeddings [B, D], each text packed alone
     to max_seq_length as `bertexp prepare pairs` packs documents."""
-    return text_serving.from_meta(model, self.serving_outputs, self.meta,
+    return text_serving.from_meta(model, serving_outputs, self.meta,
                                   self.meta_data_path, 1)
 
   def text_packer(self, model):
+    """`text_serving`'s tokenizer and packing alone (or None)."""
     serving = self.text_serving(model)
     return serving and serving.packer()
-
-  def predictor_methods(self):
-    return {"embed": embed}
-
-  def onnx_head(self):
-    return onnx_pooling_head(self.pooling, self.normalize)
-
-  def distillation_loss(self, teacher_outputs, outputs, temperature):
-    raise ValueError("bertexp.EmbeddingTask cannot be a distillation student")
-
-  def input_files(self):
-    return {"vocab_file": self.meta.get("vocab_file"),
-            "data_files": [self.meta_data_path] + [
-                p for p in self.paths.values() if p]}
 
 
 def _checkpoint_pooling(init_checkpoint):

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
@@ -112,6 +113,12 @@ class ChoiceServing(tf.Module):
     ], autograph=False).get_concrete_function()
 
 
+def serving_outputs(outputs):
+  """The export's outputs of choice logits [B, N]."""
+  return {"probabilities": tf.nn.softmax(outputs, -1),                # [B, N]
+          "choice": tf.argmax(outputs, -1, output_type=tf.int32)}     # [B]
+
+
 def choose(predictor, context, choices):
   """`bertexp.Predictor(...).choose(context, choices)`: {"choice": index,
   "text": the chosen ending, "probabilities": [N]} (lists of contexts and
@@ -171,10 +178,6 @@ class MultipleChoiceTask(base.RecordTask):
         encoders.build_encoder(config), self.num_choices, self.seq_length,
         self.head_dropout(config), seed=self.seed, name="multiple_choice_model").build_variables()
 
-  def model_shape(self):
-    raise ValueError("the memory plan does not cover multiple choice (N "
-                     "sequences per example)")
-
   def build_inputs(self, split, input_context=None, batch_size=0,
                    train_order=None):
     if not self.paths.get(split):
@@ -184,7 +187,7 @@ class MultipleChoiceTask(base.RecordTask):
         self.paths[split], seq_length=self.num_choices * self.seq_length,
         label_type="int", batch_size=batch_size, is_training=split == "train",
         input_context=input_context,
-        train_order=self.default_train_order(train_order),
+        train_order=pipeline.train_order_or_default(train_order, self.seed),
         shuffle_buffer=self.shuffle_buffer_size,
         num_examples=(None if split == "train" else
                       self.meta["split_sizes"][split]))
@@ -231,8 +234,17 @@ class MultipleChoiceTask(base.RecordTask):
   def selection_metric(self):
     return "accuracy"
 
-  def predict_splits(self):
-    return ["test"] if self.paths["test"] else []
+  def capabilities(self):
+    """Student, SavedModel export with `serve_text` and the Predictor's
+    `choose`, predictions; no memory plan (N sequences per example)."""
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.DistillationStudent(loss=self.distillation_loss),
+        capabilities.SavedModelServing(outputs=serving_outputs,
+                                       text=self.text_serving),
+        capabilities.PredictorApi(methods={"choose": choose}),
+        capabilities.Predictions(splits=["test"] if self.paths["test"] else [],
+                                 write=self.write_predictions))
 
   def write_predictions(self, gathered, output_dir, split):
     """choices_<split>.tsv: id, chosen index and each choice's probability
@@ -249,19 +261,14 @@ class MultipleChoiceTask(base.RecordTask):
         "\n" for i, p in enumerate(probabilities)))
     return path
 
-  def serving_outputs(self, outputs):
-    return {"probabilities": tf.nn.softmax(outputs, -1),              # [B, N]
-            "choice": tf.argmax(outputs, -1, output_type=tf.int32)}   # [B]
-
   def text_serving(self, model):
+    """`serve_text`: (context, choices) -> the choice and its
+    probabilities; None when the vocab is missing."""
     vocab = base.serving_vocab(self.meta, self.meta_data_path)
     if vocab is None:
       return None
-    return ChoiceServing(model, self.serving_outputs,
+    return ChoiceServing(model, serving_outputs,
                          tokenizer=tokenization.from_meta(self.meta, vocab),
                          max_seq_length=self.seq_length,
                          num_choices=self.num_choices)
-
-  def predictor_methods(self):
-    return {"choose": choose}
 

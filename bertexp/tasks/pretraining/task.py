@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import converters
 from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
@@ -190,7 +191,7 @@ class PretrainingTask(base.RecordTask):
       return pipeline.training_batches(
           path, self._decode, batch_size=batch_size,
           input_context=input_context,
-          train_order=self.default_train_order(train_order),
+          train_order=pipeline.train_order_or_default(train_order, self.seed),
           shuffle_window=self.shuffle_buffer_size)
     # Every example once on any replica count: take, then shard, then pad.
     dataset = tf.data.TFRecordDataset(pipeline.list_files(path)).take(
@@ -286,7 +287,15 @@ class PretrainingTask(base.RecordTask):
   def selection_metric(self):
     return "mlm_accuracy"
 
-  def after_training(self, model, model_dir):
+  def capabilities(self):
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.MemoryPlan(model_shape=self.model_shape),
+        capabilities.RunHooks(after_training=self.write_encoder))
+
+  def write_encoder(self, model, model_dir):
+    """After training: the encoder as a checkpoint folder for fine-tuning
+    (MODEL_DIR's encoder folder), with its tokenizer files."""
     folder = run_files.encoder(model_dir)
     vocab_file, tokenizer_files, extra_files = self._tokenizer_files()
     converters.write_checkpoint_folder(

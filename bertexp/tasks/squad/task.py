@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
@@ -27,6 +28,32 @@ from bertexp.tasks.squad import scoring as squad_scoring
 from bertexp.tasks.squad import serving as squad_serving
 from bertexp.tasks.squad import squad_json
 from bertexp.util import fileio
+
+
+def serving_outputs(outputs):
+  """The export's outputs of span logits [B, S, 2]: start/end [B, S]."""
+  return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
+
+
+def answer(predictor, question, context):
+  """`bertexp.Predictor(...).answer(question, context)`: {"answer",
+  "score", "context_truncated"} (SQuAD v2.0 models also
+  "null_score_diff"); lists of questions and contexts give a list."""
+  single = isinstance(question, str)
+  questions = [question] if single else list(question)
+  contexts = [context] if single else list(context)
+  if len(questions) != len(contexts):
+    raise ValueError(f"{len(questions)} questions but {len(contexts)} "
+                     "contexts")
+  if not questions:
+    return []
+  out = predictor.run({
+      "question": [capabilities.checked_text(q, f"question {i}")
+                   for i, q in enumerate(questions)],
+      "context": [capabilities.checked_text(c, f"context {i}")
+                  for i, c in enumerate(contexts)]})
+  results = [predictor.decode(out, i) for i in range(len(questions))]
+  return results[0] if single else results
 
 
 # SpanModel's `span_head` -> BertForQuestionAnswering's `qa_outputs`.
@@ -131,7 +158,7 @@ class QuestionAnsweringTask(base.RecordTask):
       return pipeline.make_dataset(
           self.train_data_path, seq_length=seq, label_type="int",
           batch_size=batch_size, is_training=True, input_context=input_context,
-          train_order=self.default_train_order(train_order),
+          train_order=pipeline.train_order_or_default(train_order, self.seed),
           shuffle_buffer=self.shuffle_buffer_size,
           label_names=("start_positions", "end_positions"),
           id_name="unique_id")
@@ -170,14 +197,18 @@ class QuestionAnsweringTask(base.RecordTask):
             "data_files": [self.meta_data_path, self.train_data_path,
                            self.predict_file]}
 
-  def predict_splits(self):
-    return ["eval"] if self.predict_file else []
-
-  def serving_outputs(self, outputs):
-    return {"start_logits": outputs[:, :, 0], "end_logits": outputs[:, :, 1]}
-
-  def onnx_head(self):
-    return onnx_writers.span_head
+  def capabilities(self):
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.DistillationStudent(loss=self.distillation_loss),
+        capabilities.MemoryPlan(model_shape=self.model_shape),
+        capabilities.SavedModelServing(outputs=serving_outputs,
+                                       text=self.text_serving),
+        capabilities.PredictorApi(methods={"answer": answer}),
+        capabilities.OnnxGraph(head=onnx_writers.span_head),
+        capabilities.Predictions(
+            splits=["eval"] if self.predict_file else [],
+            write=self.write_predictions))
 
   def distillation_loss(self, teacher_outputs, outputs, temperature):
     # [B, S, 2]: a distribution over positions for start and for end.

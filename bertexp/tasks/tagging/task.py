@@ -16,6 +16,7 @@ import gin
 import tensorflow as tf
 import tf_keras
 
+from bertexp import capabilities
 from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
@@ -30,6 +31,14 @@ from bertexp.tasks.tagging import serving as tagging_serving
 from bertexp.util import fileio
 
 _PER_TOKEN = ("label_ids", "piece_label_ids", "word_index")
+
+
+def serving_outputs(outputs):
+  """The export's outputs of tag logits [B, S, L]: tag ids and their
+  probabilities [B, S]."""
+  probabilities = tf.nn.softmax(outputs, -1)                        # [B, S, L]
+  return {"tag_ids": tf.argmax(outputs, -1, output_type=tf.int32),
+          "scores": tf.reduce_max(probabilities, -1)}               # [B, S]
 
 
 # TaggingModel's `tagger` -> BertForTokenClassification (id2label: tags).
@@ -171,7 +180,7 @@ class TaggingTask(base.RecordTask):
       return pipeline.training_batches(
           self._path(split), _decoder(seq, label), batch_size=batch_size,
           input_context=input_context,
-          train_order=self.default_train_order(train_order),
+          train_order=pipeline.train_order_or_default(train_order, self.seed),
           shuffle_window=self.shuffle_buffer_size)
     dataset = tf.data.TFRecordDataset(
         pipeline.list_files(self._path(split))).enumerate()
@@ -196,8 +205,15 @@ class TaggingTask(base.RecordTask):
   def eval_splits(self):
     return {"eval": self.split_size("eval")} if self.paths["eval"] else {}
 
-  def predict_splits(self):
-    return ["test"] if self.paths["test"] else []
+  def capabilities(self):
+    return capabilities.merged(
+        super().capabilities(),
+        capabilities.MemoryPlan(model_shape=self.model_shape),
+        capabilities.SavedModelServing(outputs=serving_outputs,
+                                       text=self.text_serving),
+        capabilities.PredictorApi(decoder=tagging_serving.predictor_row),
+        capabilities.Predictions(splits=["test"] if self.paths["test"] else [],
+                                 write=self.write_predictions))
 
   def sentences(self, split):
     """The split's sentences (tokens, gold tags, text, offsets), read once."""
@@ -308,14 +324,6 @@ class TaggingTask(base.RecordTask):
       fileio.write_json(paths[2], self._scores(gold, predicted))
       logging.info("%s: %s", split, fileio.read_text(paths[2]))
     return paths
-
-  def serving_outputs(self, outputs):
-    probabilities = tf.nn.softmax(outputs, -1)                      # [B, S, L]
-    return {"tag_ids": tf.argmax(outputs, -1, output_type=tf.int32),
-            "scores": tf.reduce_max(probabilities, -1)}             # [B, S]
-
-  def predictor_decoder(self):
-    return tagging_serving.predictor_row
 
   def text_serving(self, model):
     """`serve_text`: raw text -> words with tags and offsets, and entities

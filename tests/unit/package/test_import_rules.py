@@ -21,7 +21,7 @@ from conftest import REPO
 
 PACKAGE = os.path.join(REPO, "bertexp")
 
-RANK = {"util": 0, "modes": 0, "data": 1, "model": 2, "checkpoints": 3, "tasks": 4,
+RANK = {"util": 0, "modes": 0, "data": 1, "model": 2, "checkpoints": 3, "capabilities": 3, "tasks": 4,
         "settings": 5,
         "train": 5, "serving": 5, "experiment": 6,
         "cli": 7, "gin_setup": 7, "registry": 7, "sweeps": 7, "launch": 7,

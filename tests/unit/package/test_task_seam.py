@@ -11,7 +11,8 @@ import pytest
 
 from test_import_rules import PACKAGE, _modules, room
 
-SHARED_ROOMS = ("data", "model", "checkpoints", "train", "serving", "util",
+SHARED_ROOMS = ("data", "model", "checkpoints", "capabilities", "train",
+                "serving", "util",
                 "modes", "experiment")
 
 

@@ -159,7 +159,7 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
   settings = settings_lib.resolve(schedule, steps, checkpoints, runtime,
                                   fields)
   sched, opts = settings.schedule, settings.steps
-  ckpts, run = settings.checkpoints, settings.runtime
+  run = settings.runtime
   _check_positive(EVAL_BATCH_SIZE=sched.eval_batch_size,
                   GRADIENT_ACCUMULATION_STEPS=opts.gradient_accumulation_steps)
   derived = derive_schedule(

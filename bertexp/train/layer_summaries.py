@@ -68,3 +68,11 @@ def _write(step, grads, variables):
                          _flat([variables[i] for i in indices]), step=step)
     tf.summary.histogram(f"gradients/{layer}",
                          _flat([grads[i] for i in indices]), step=step)
+
+
+def write_every(every, step, grads, variables):
+  """`write` in the graph on steps that are multiples of `every`."""
+  def write_now():
+    write(step, grads, variables)
+    return tf.constant(True)
+  tf.cond(tf.equal(step % every, 0), write_now, lambda: tf.constant(False))

@@ -26,21 +26,22 @@ import sys
 import time
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from bertexp.data import pipeline
 from bertexp.model import modeling
+from bertexp.train import evaluation
 from bertexp.train import layer_summaries
 from bertexp.util import orbit_import
 from bertexp.util import private_apis
 
 orbit = orbit_import.orbit
 
+# The run's stop exceptions, raised by train() and gather().
+Preempted = evaluation.Preempted
+Diverged = evaluation.Diverged
 
-# Evaluation and prediction report progress at most this often.
-PROGRESS_SECONDS = 30
 
 # Every training input iterator this process made, never destroyed: not
 # when its trainer is gone, nor when the interpreter exits (one reference
@@ -61,48 +62,6 @@ def _format_seconds(seconds):
   hours, rest = divmod(seconds, 3600)
   return (f"{hours}h{rest // 60:02d}m" if hours else
           f"{rest // 60}m{rest % 60:02d}s")
-
-
-def _gather_replicas(value):
-  """[B, ...] per replica -> [replicas * B, ...] on every replica.
-
-  Every replica gets every replica's rows, so the host of any worker sees the
-  whole global batch, not only its local shard. Built on a SUM all-reduce of
-  one-hot placed copies: `all_gather` fails for MultiWorkerMirroredStrategy on
-  tensors without a device. Values go through float32 (exact for ids and
-  eval positions < 2^24).
-  """
-  context = tf.distribute.get_replica_context()
-  replicas = context.num_replicas_in_sync
-  place = tf.one_hot(context.replica_id_in_sync_group, replicas)   # [R]
-  place = tf.reshape(place, [replicas] + [1] * value.shape.rank)
-  spread = place * tf.cast(value, tf.float32)[tf.newaxis]         # [R, B, ...]
-  summed = context.all_reduce(tf.distribute.ReduceOp.SUM, spread)
-  merged = tf.reshape(summed, tf.concat([[-1], tf.shape(value)[1:]], 0))
-  return tf.cast(merged, value.dtype)
-
-
-def _concatenate_batches(arrays):
-  """Per-batch arrays [B, ...] -> one array. With dynamic padding, per-token
-  outputs [B, L, ...] differ in L: shorter ones are padded to the longest
-  (-inf for floats, e.g. span logits no answer can start at; 0 otherwise)."""
-  width = max(a.shape[1] if a.ndim > 1 else 0 for a in arrays)
-  padded = []
-  for a in arrays:
-    if a.ndim > 1 and a.shape[1] < width:
-      fill = -np.inf if np.issubdtype(a.dtype, np.floating) else 0
-      pad = [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
-      a = np.pad(a, pad, constant_values=fill)
-    padded.append(a)
-  return np.concatenate(padded)
-
-
-class Preempted(Exception):
-  """A stop was requested (SIGTERM/SIGINT): training ended after a step."""
-
-
-class Diverged(Exception):
-  """max_consecutive_bad_steps steps in a row were skipped."""
 
 
 class TrainingState(tf.Module):
@@ -156,6 +115,44 @@ def _merge_repeated_rows(gradient):
   values = tf.math.unsorted_segment_sum(gradient.values, position,
                                         tf.shape(unique)[0])
   return tf.IndexedSlices(values, unique, gradient.dense_shape)
+
+
+def accumulated_gradients(micro_batch, k):
+  """(loss, gradients) of K micro-batches run in sequence, summed in float32
+  (dense). micro_batch(i) -> (loss, [gradient or None]); micro-batch 0 runs
+  first, outside the loop, which tells the None gradients."""
+  loss, first = micro_batch(0)
+  present = [i for i, g in enumerate(first) if g is not None]
+  dense = lambda grads: [tf.cast(tf.convert_to_tensor(grads[i]), tf.float32)
+                         for i in present]
+
+  def body(i, loss, sums):
+    micro_loss, grads = micro_batch(i)
+    return i + 1, loss + micro_loss, [a + g for a, g in zip(sums, dense(grads))]
+
+  _, loss, sums = tf.while_loop(
+      lambda i, *_: i < k, body, (tf.constant(1), loss, dense(first)),
+      parallel_iterations=1)   # one micro-batch's activations at a time
+  grads = [None] * len(first)
+  for i, total in zip(present, sums):
+    grads[i] = total
+  return loss, grads
+
+
+def stop_requested_anywhere(strategy, stop_requested):
+  """True on every worker when any worker's `stop_requested` flag is set."""
+  stop = tf.cast(stop_requested, tf.int32)
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    stop = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(
+        lambda: tf.cast(stop_requested, tf.int32)), axis=None)
+  return stop > 0
+
+
+def loss_scale(optimizer):
+  """{"loss_scale": the dynamic loss scale} under mixed_float16, else {}."""
+  if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+    return {"loss_scale": tf.convert_to_tensor(optimizer.loss_scale)}
+  return {}
 
 
 def global_batch_loss(task, labels, outputs, totals):
@@ -226,7 +223,7 @@ def _compiles_alone(settings, task, tpu):
   return True
 
 
-class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
+class Trainer(orbit.AbstractTrainer, evaluation.Evaluation):
   """Orbit trainer + evaluator for any `bertexp.tasks.base.Task`."""
 
   def __init__(self, *, task, model, optimizer, strategy,
@@ -305,10 +302,10 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     if bool(stopped) and not bool(self._diverged()):
       # Decided together: in a multi-worker run the signal may have reached
       # another worker only.
-      raise Preempted("stop requested on this or another worker at step "
+      raise evaluation.Preempted("stop requested on this or another worker at step "
                       f"{int(self.global_step.numpy())}")
     if self._diverged():
-      raise Diverged(
+      raise evaluation.Diverged(
           f"{int(self.state.consecutive_bad_steps.numpy())} consecutive steps "
           f"skipped (non-finite loss or gradients) up to step "
           f"{int(self.global_step.numpy())}")
@@ -317,14 +314,6 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
   def _diverged(self):
     return (self.state.consecutive_bad_steps >=
             self.settings.max_consecutive_bad_steps)
-
-  def _stop_requested_anywhere(self):
-    """True on every worker when any worker was asked to stop."""
-    stop = tf.cast(self.stop_requested, tf.int32)
-    if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      stop = self.strategy.reduce(tf.distribute.ReduceOp.SUM, self.strategy.run(
-          lambda: tf.cast(self.stop_requested, tf.int32)), axis=None)
-    return stop > 0
 
   def _announce(self):
     """Prints that training has started, once per process (a cond branch)."""
@@ -343,7 +332,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     loop is traced with autograph off (converting the trainer, model and
     task code took about 4 CPU-seconds at every start)."""
     def decide():
-      stopped = self._stop_requested_anywhere()
+      stopped = stop_requested_anywhere(self.strategy, self.stop_requested)
       return stopped, tf.logical_or(stopped, self._diverged())
 
     def keep_going(i, stopped, done):
@@ -400,7 +389,9 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     grads = [_merge_repeated_rows(g) for g in grads]
     norm = tf.linalg.global_norm(grads)
     if self.settings.summary_histograms_every:
-      self._layer_summaries(grads, variables)
+      # The step this update completes; gradients unclipped and summed.
+      layer_summaries.write_every(self.settings.summary_histograms_every,
+                                  self.global_step + 1, grads, variables)
     if self.settings.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.settings.clip_norm,
                                         use_norm=norm)
@@ -425,18 +416,6 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     self.gradient_norm.update_state(tf.where(good, norm, 0.0),
                                     tf.cast(good, tf.float32))
     return tf.logical_not(good)
-
-  def _layer_summaries(self, grads, variables):
-    """Per-layer summaries of this step's (unclipped, summed) gradients and
-    of the weights it updates, on steps that are multiples of
-    summary_histograms_every."""
-    step = self.global_step + 1      # the step this update completes
-
-    def write():
-      layer_summaries.write(step, grads, variables)
-      return tf.constant(True)
-    tf.cond(tf.equal(step % self.settings.summary_histograms_every, 0), write,
-            lambda: tf.constant(False))
 
   def _dropout_seed(self, context):
     """[2] seed of this step's dropout masks on this replica: a function of
@@ -469,22 +448,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
       self.task.update_train_metrics(self.train_metrics, l, outputs)
       return loss, grads
 
-    loss, first = micro_batch(0)
-    present = [i for i, g in enumerate(first) if g is not None]
-    dense = lambda grads: [tf.cast(tf.convert_to_tensor(grads[i]), tf.float32)
-                           for i in present]
-
-    def body(i, loss, sums):
-      micro_loss, grads = micro_batch(i)
-      return i + 1, loss + micro_loss, [a + g for a, g in zip(sums, dense(grads))]
-
-    _, loss, sums = tf.while_loop(
-        lambda i, *_: i < k, body, (tf.constant(1), loss, dense(first)),
-        parallel_iterations=1)   # one micro-batch's activations at a time
-    grads = [None] * len(first)
-    for i, total in zip(present, sums):
-      grads[i] = total
-    return loss, grads
+    return accumulated_gradients(micro_batch, k)
 
   def _gradients(self, features, labels, totals, dropout_seed):
     """This replica's loss share and gradients, with no cross-replica op (so
@@ -529,7 +493,7 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
             "gradient_norm": self.gradient_norm.result(),
             "nonfinite_steps": self.state.nonfinite_steps.read_value(),
             "learning_rate": self.current_learning_rate(),
-            **self._loss_scale(),
+            **loss_scale(self.optimizer),
             "examples_per_second": examples_per_second}
     for metric in self.train_metrics:
       logs[metric.name] = metric.result()
@@ -539,28 +503,12 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
                  _format_seconds(eta))
     return logs
 
-  def _loss_scale(self):
-    """{"loss_scale": the dynamic loss scale} under mixed_float16, else {}."""
-    if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-      return {"loss_scale": tf.convert_to_tensor(self.optimizer.loss_scale)}
-    return {}
-
   def current_learning_rate(self):
+    """The optimizer's learning rate at the current step."""
     lr = self.optimizer.learning_rate
     if isinstance(self.optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
       lr = self.optimizer.inner_optimizer.learning_rate
-    if callable(lr):
-      return lr(self.global_step)
-    return tf.convert_to_tensor(lr)
-
-  # -- evaluation ----------------------------------------------------------
-  def _eval_dataset(self, split):
-    if split not in self._eval_datasets:
-      self._eval_datasets[split] = self.strategy.distribute_datasets_from_function(
-          lambda ctx: self.task.build_inputs(
-              split, ctx,
-              ctx.get_per_replica_batch_size(self.settings.eval_batch_size)))
-    return self._eval_datasets[split]
+    return lr(self.global_step) if callable(lr) else tf.convert_to_tensor(lr)
 
   def _trim(self, features, multiple):
     """Dynamic padding to a `multiple` (see
@@ -572,53 +520,5 @@ class Trainer(orbit.AbstractTrainer, orbit.AbstractEvaluator):
     length = pipeline.trimmed_length(features["input_mask"], multiple)
     if self.strategy.num_replicas_in_sync > 1:
       length = tf.cast(tf.reduce_max(
-          _gather_replicas(tf.reshape(length, [1]))), tf.int32)
+          evaluation.gather_replicas(tf.reshape(length, [1]))), tf.int32)
     return pipeline.trim_to(features, length)
-
-  def _eval_replica_step(self, features, labels):
-    features = self._trim(features, self.eval_pad_to_multiple_of)
-    outputs = self.model(features, training=False)
-    per_example = dict(self.task.eval_outputs(features, labels, outputs))
-    if "position" in features:
-      per_example["position"] = features["position"]
-    if self.strategy.num_replicas_in_sync == 1:
-      return per_example
-    return {k: _gather_replicas(v) for k, v in per_example.items()}
-
-  def gather(self, split, num_steps=-1):
-    """Runs the model over `split`; returns per-example numpy arrays."""
-    if self._eval_step_fn is None:
-      self._eval_step_fn = tf.function(
-          lambda f, l: self.strategy.run(self._eval_replica_step, args=(f, l)),
-          autograph=False)
-    gathered = {}
-    last_report = time.time()
-    for i, (features, labels) in enumerate(self._eval_dataset(split)):
-      if 0 <= num_steps <= i:
-        break
-      if time.time() - last_report > PROGRESS_SECONDS:
-        last_report = time.time()
-        logging.info("%s: %d batches of %d so far", split, i,
-                     self.settings.eval_batch_size)
-      if bool(self.stop_requested.numpy()):
-        raise Preempted(f"stop requested during evaluation of {split!r}")
-      outputs = self._eval_step_fn(features, labels)
-      for key, value in outputs.items():
-        # After all_gather the first local replica holds the global batch.
-        local = self.strategy.experimental_local_results(value)[0]
-        gathered.setdefault(key, []).append(local.numpy())
-    gathered = {k: _concatenate_batches(v) for k, v in gathered.items()}
-    if "position" in gathered:
-      # Back to the eval set's order (padding, position -1, first).
-      order = np.argsort(gathered["position"], kind="stable")
-      gathered = {k: v[order] for k, v in gathered.items()}
-    return gathered
-
-  def evaluate(self, num_steps):
-    """All eval splits; metrics of extra splits are prefixed by their name."""
-    results = {}
-    for split in self.task.eval_splits():
-      split_metrics = self.task.finalize_eval(self.gather(split, int(num_steps)))
-      prefix = "" if split == "eval" else split.replace("eval_", "") + "/"
-      results.update({prefix + k: v for k, v in split_metrics.items()})
-    return results

@@ -1,5 +1,4 @@
 """Sentence(-pair) classification and regression (GLUE and custom TSV data)."""
-import logging
 import os
 
 import gin
@@ -8,7 +7,6 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp import capabilities
-from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -17,21 +15,9 @@ from bertexp.model import memory_plan
 from bertexp.model import modeling
 from bertexp.tasks import base
 from bertexp.tasks import text_serving
-from bertexp.tasks.classification import data as prepare
 from bertexp.tasks.classification import metrics as glue_metrics
 from bertexp.tasks.classification import onnx_head as onnx_writers
-from bertexp.util import fileio
-
-# GLUE submission file names (the benchmark's upload layout).
-SUBMISSION_FILES = {
-    ("cola", "test"): "CoLA.tsv", ("sst2", "test"): "SST-2.tsv",
-    ("mrpc", "test"): "MRPC.tsv", ("qqp", "test"): "QQP.tsv",
-    ("stsb", "test"): "STS-B.tsv", ("mnli", "test"): "MNLI-m.tsv",
-    ("mnli", "test_mismatched"): "MNLI-mm.tsv", ("mnli", "ax"): "AX.tsv",
-    ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv",
-    ("wnli", "test"): "WNLI.tsv",
-}
-
+from bertexp.tasks.classification import predictions
 
 def tflite_outputs(outputs):
   """A TFLite classifier's outputs of logits [B, L]."""
@@ -361,6 +347,15 @@ class ClassificationTask(base.RecordTask):
     serving = self.text_serving(model)
     return serving and serving.packer()
 
+  def write_predictions(self, gathered, output_dir, split="test"):
+    """test_results.tsv (probabilities or values) + the GLUE submission
+    file, one row per example (per document with --doc_stride windows)."""
+    _, outputs, numbers = self.documents(gathered)
+    return predictions.write(
+        outputs, predictions.example_ids(self.test_paths.get(split), numbers),
+        output_dir=output_dir, split=split, meta=self.meta,
+        is_regression=self.is_regression)
+
   def text_serving(self, model):
     """`serve_text`: raw text packed as `bertexp prepare` packed it (None,
     with a warning, when the meta data's vocab_file is not there)."""
@@ -375,43 +370,3 @@ class ClassificationTask(base.RecordTask):
 
   def selection_metric(self):
     return self.metric_names[0]
-
-  # -- predictions -----------------------------------------------------------
-  def _example_ids(self, split, numbers):
-    """The ids of the examples: the file's text ids when `bertexp prepare`
-    kept them (prepare.ids_path), else the numbers in the records."""
-    path = self.test_paths.get(split)
-    if not path or not tf.io.gfile.exists(prepare.ids_path(path)):
-      return numbers
-    names = fileio.read_text(prepare.ids_path(path)).split("\n")
-    return [names[int(i)] for i in numbers]
-
-  def write_predictions(self, gathered, output_dir, split="test"):
-    """test_results.tsv (probabilities or values) + the GLUE submission
-    file, one row per example (per document with --doc_stride windows)."""
-    _, outputs, numbers = self.documents(gathered)
-    ids = self._example_ids(split, numbers)
-    suffix = "" if split == "test" else f"_{split}"
-    label_names = self.meta.get("label_names") or []
-    if self.is_regression:
-      values = outputs[:, 0]
-      results = "\n".join(f"{v:.6f}" for v in values)
-      submission = ["index\tprediction"] + [
-          f"{i}\t{v:.3f}" for i, v in zip(ids, values)]
-    else:
-      probs = tf.nn.softmax(outputs, axis=-1).numpy()
-      results = "\n".join("\t".join(f"{p:.6f}" for p in row) for row in probs)
-      predicted = np.argmax(probs, axis=-1)
-      submission = ["index\tprediction"] + [
-          f"{i}\t{label_names[p] if label_names else p}"
-          for i, p in zip(ids, predicted)]
-    results_path = run_files.output_file(output_dir,
-                                         f"test_results{suffix}.tsv")
-    fileio.write_text(results_path, results + "\n")
-    name = SUBMISSION_FILES.get((self.meta.get("task"), split),
-                                f"{self.meta.get('task', 'task')}{suffix}.tsv")
-    submission_path = run_files.output_file(output_dir, "submission", name)
-    fileio.write_text(submission_path, "\n".join(submission) + "\n")
-    logging.info("wrote %d predictions to %s and %s", len(ids), results_path,
-                 submission_path)
-    return results_path, submission_path

@@ -32,7 +32,6 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp import capabilities
-from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
@@ -40,6 +39,7 @@ from bertexp.data.meta import UNLABELLED
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
+from bertexp.tasks.distillation import teacher as teacher_lib
 from bertexp.tasks.distillation import teacher_targets
 from bertexp.util import fileio
 from bertexp.util import gin_text
@@ -175,6 +175,42 @@ def _labelled(labels):
     return tf.maximum(labels, 0), mask
   first = tf.nest.flatten(labels)[0]
   return labels, tf.ones(tf.shape(first)[:1], tf.float32)
+
+
+def term_weights(**weights):
+  """{term: float weight} of DistillationTask's loss terms.
+
+  Raises:
+    ValueError: a negative weight, or all 0.
+  """
+  weights = {term: float(weight) for term, weight in weights.items()}
+  if any(w < 0 for w in weights.values()) or not any(weights.values()):
+    raise ValueError(f"bertexp.DistillationTask: loss weights {weights}"
+                     " must be >= 0 and not all 0")
+  return weights
+
+
+def ratio_repeats(ratio, unlabelled_data_path, labelled, unlabelled):
+  """(labelled repeats, unlabelled repeats) per epoch for
+  DistillationTask.unlabelled_ratio (see mix_repeats), logged.
+
+  Raises:
+    ValueError: a ratio that is not a positive number, or no unlabelled
+      text to mix.
+  """
+  if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or (
+      not ratio > 0):
+    raise ValueError(f"bertexp.DistillationTask.unlabelled_ratio {ratio!r}: "
+                     "expected a number > 0 (unlabelled examples per "
+                     "labelled example)")
+  if not unlabelled_data_path:
+    raise ValueError("bertexp.DistillationTask.unlabelled_ratio needs "
+                     "unlabelled_data_path")
+  repeats = mix_repeats(labelled, unlabelled, ratio)
+  logging.info("unlabelled text mixed at %.3f unlabelled per labelled "
+               "example (asked %s): labelled files x%d, unlabelled x%d",
+               repeats[1] * unlabelled / labelled, ratio, *repeats)
+  return repeats
 
 
 class DistillationModel(tf_keras.Model):
@@ -336,14 +372,9 @@ class DistillationTask(base.Task):
     if not temperature > 0:
       raise ValueError(f"bertexp.DistillationTask.temperature {temperature}: "
                        "must be > 0")
-    self.weights = {"distill": float(distill_weight),
-                    "label": float(label_weight),
-                    "hidden": float(hidden_weight),
-                    "attention": float(attention_weight)}
-    if any(w < 0 for w in self.weights.values()) or not any(
-        self.weights.values()):
-      raise ValueError(f"bertexp.DistillationTask: loss weights {self.weights}"
-                       " must be >= 0 and not all 0")
+    self.weights = term_weights(distill=distill_weight, label=label_weight,
+                                hidden=hidden_weight,
+                                attention=attention_weight)
     self.student = student
     self.teacher = str(teacher)
     self.teacher_config_file = (teacher_bert_config_file or
@@ -358,7 +389,9 @@ class DistillationTask(base.Task):
         _read_unlabelled_meta(unlabelled_meta_data_path, student)
         if unlabelled_data_path else None)
     self.unlabelled_meta_data_path = unlabelled_meta_data_path
-    self.repeats = self._mix_repeats(unlabelled_ratio)
+    self.repeats = (1, 1) if unlabelled_ratio is None else ratio_repeats(
+        unlabelled_ratio, unlabelled_data_path, student.num_train_examples(),
+        int((self.unlabelled_meta or {}).get("train_data_size", 0)))
     self.teacher_targets = teacher_targets
     if teacher_targets and (self.weights["hidden"] or
                             self.weights["attention"]):
@@ -378,7 +411,8 @@ class DistillationTask(base.Task):
   # -- model ---------------------------------------------------------------
   def build_model(self):
     student = self.student.build_model()
-    teacher, prefix = self._build_teacher()
+    teacher, prefix = teacher_lib.build_teacher(
+        self.student, self.teacher_config_file, self.teacher)
     self._teacher_prefix = prefix
     s_config, t_config = student.encoder.config, teacher.encoder.config
     pairs = layer_pairs(self.layer_map, s_config.num_hidden_layers,
@@ -390,8 +424,8 @@ class DistillationTask(base.Task):
           f"{s_config.num_attention_heads}, the teacher "
           f"{t_config.num_attention_heads}")
     if self.student_init == "teacher_layers":
-      self._initialisation = self._copy_teacher_layers(student, teacher,
-                                                       prefix)
+      self._initialisation = teacher_lib.copy_teacher_layers(
+          student, teacher, prefix, self.student_layers)
       logging.info("student initialised: %s", self._initialisation)
     model = DistillationModel(
         student, teacher,
@@ -401,65 +435,6 @@ class DistillationTask(base.Task):
             self.weights[t] for t in ("distill", "hidden", "attention")),
         name="distillation_model")
     return model.build_variables()
-
-  def _build_teacher(self):
-    """The teacher model with its run's weights, frozen."""
-    teacher = self.student.with_encoder_config(
-        self.teacher_config_file).build_model()
-    best = run_files.best_checkpoint(self.teacher)
-    source = best if tf.io.gfile.isdir(best) else self.teacher
-    try:
-      prefix = run_dir.restore_model(teacher, None, checkpoint_path=source)
-    except AssertionError as e:
-      raise ValueError(
-          f"teacher {source}: its checkpoint does not fit a "
-          f"{type(self.student).__name__} model of "
-          f"{self.teacher_config_file} ({str(e).splitlines()[0]})") from None
-    teacher.trainable = False
-    logging.info("teacher: %s (%d layers, width %d), frozen", prefix,
-                 teacher.encoder.config.num_hidden_layers,
-                 teacher.encoder.config.hidden_size)
-    return teacher, prefix
-
-  def _copy_teacher_layers(self, student, teacher, prefix):
-    s_config, t_config = student.encoder.config, teacher.encoder.config
-    if s_config.family != t_config.family:
-      raise ValueError(
-          f"student_init 'teacher_layers' copies the teacher's layers: the "
-          f"student is a {s_config.family} encoder, the teacher a "
-          f"{t_config.family} one (use student_init 'checkpoint' or 'random')")
-    for field in ("hidden_size", "intermediate_size", "num_attention_heads"):
-      if getattr(s_config, field) != getattr(t_config, field):
-        raise ValueError(
-            f"student_init 'teacher_layers' needs the teacher's {field}: the "
-            f"student has {getattr(s_config, field)}, the teacher "
-            f"{getattr(t_config, field)} (use student_init 'checkpoint' or "
-            "'random')")
-    depth, teacher_depth = s_config.num_hidden_layers, t_config.num_hidden_layers
-    chosen = self.student_layers
-    if chosen is None:
-      step = max(teacher_depth // depth, 1)
-      chosen = [i * step for i in range(depth)]
-    if len(chosen) != depth or not all(
-        isinstance(t, int) and 0 <= t < teacher_depth for t in chosen):
-      raise ValueError(f"student_layers {list(chosen)}: expected {depth} "
-                       f"teacher layers in 0..{teacher_depth - 1}")
-    pairs = [(student.encoder.embeddings, teacher.encoder.embeddings),
-             (student.encoder.pooler, teacher.encoder.pooler)]
-    pairs += [(student.encoder.blocks[i], teacher.encoder.blocks[t])
-              for i, t in enumerate(chosen)]
-    # The task head (same task, same labels): the classifier or span head.
-    heads = [name for name, layer in vars(student).items()
-             if name != "encoder" and layer is not None and getattr(
-                 layer, "weights", None) and isinstance(
-                     getattr(teacher, name, None), tf_keras.layers.Layer)]
-    pairs += [(getattr(student, name), getattr(teacher, name)) for name in heads]
-    for ours, theirs in pairs:
-      for variable, value in zip(ours.weights, theirs.weights):
-        variable.assign(value)
-    return (f"embeddings, pooler, head ({', '.join(heads)}) and teacher layers "
-            f"{list(chosen)} -> student layers {list(range(depth))} (of the "
-            f"teacher's {teacher_depth}) from {prefix}")
 
   # -- loss ----------------------------------------------------------------
   def _distill_per_example(self, teacher_logits, logits):
@@ -511,32 +486,6 @@ class DistillationTask(base.Task):
   @property
   def meta(self):
     return self.student.meta
-
-  def _mix_repeats(self, ratio):
-    """(labelled repeats, unlabelled repeats) per epoch for
-    `unlabelled_ratio` (see the class); (1, 1) without one.
-
-    Raises:
-      ValueError: a ratio that is not a positive number, or no unlabelled
-        text to mix.
-    """
-    if ratio is None:
-      return 1, 1
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or (
-        not ratio > 0):
-      raise ValueError(f"bertexp.DistillationTask.unlabelled_ratio {ratio!r}: "
-                       "expected a number > 0 (unlabelled examples per "
-                       "labelled example)")
-    if not self.unlabelled_data_path:
-      raise ValueError("bertexp.DistillationTask.unlabelled_ratio needs "
-                       "unlabelled_data_path")
-    labelled = self.student.num_train_examples()
-    unlabelled = int(self.unlabelled_meta.get("train_data_size", 0))
-    repeats = mix_repeats(labelled, unlabelled, ratio)
-    logging.info("unlabelled text mixed at %.3f unlabelled per labelled "
-                 "example (asked %s): labelled files x%d, unlabelled x%d",
-                 repeats[1] * unlabelled / labelled, ratio, *repeats)
-    return repeats
 
   def training_files(self):
     """The training files, in order: the student's, then the unlabelled

@@ -232,6 +232,16 @@ def _training_commands(sub, add):
                         help="one binding (repeatable)")
     export.set_defaults(func=cmd_train, mode=mode)
 
+  _sweep_command(sub, add)
+
+  res = add(sub, "results", help="a sweep's table and plot, from disk")
+  res.add_argument("output_dir")
+  res.set_defaults(func=cmd_results, tensorflow=False)
+  _launch_command(sub, add)
+
+
+def _sweep_command(sub, add):
+  """`bertexp sweep`: a grid or a search over one Optuna study."""
   sw = add(sub, "sweep", help="a hyperparameter grid x seeds, one "
                       "trial.gin per trial, resumable, with a results table")
   sw.add_argument("--gin_file", action="append", required=True)
@@ -272,11 +282,6 @@ def _training_commands(sub, add):
                   help="a trial silent for 4x this long is taken as lost "
                   "and run again")
   sw.set_defaults(func=cmd_sweep)
-
-  res = add(sub, "results", help="a sweep's table and plot, from disk")
-  res.add_argument("output_dir")
-  res.set_defaults(func=cmd_results, tensorflow=False)
-  _launch_command(sub, add)
 
 
 def _launch_command(sub, add):
@@ -416,7 +421,11 @@ def _serving_commands(sub, add):
                    help="TensorFlow ops run side by side in one call; 0: "
                         "TensorFlow's default")
   srv.set_defaults(func=cmd_serve)
+  _benchmark_serving_command(sub, add)
 
+
+def _benchmark_serving_command(sub, add):
+  """`bertexp benchmark-serving`."""
   bench = add(sub, "benchmark-serving",
               help="latency percentiles and throughput of an export: in "
                    "process, through bertexp serve (gRPC, REST), TFLite, "

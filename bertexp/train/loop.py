@@ -359,14 +359,7 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
   loop = loop_settings
   start_time = time.time()
   logging.info("schedule: %s", schedule)
-  if loop.early_stopping_patience and mode != "train_and_eval":
-    raise ValueError("early_stopping_patience needs evaluations: "
-                     "--mode=train_and_eval (or train_eval_predict)")
-  data = capabilities.find(task, capabilities.TrainingData)
-  if data:
-    data.check()
-  hooks = (capabilities.find(task, capabilities.RunHooks) or
-           capabilities.RunHooks())
+  hooks = _checked_start(mode, task, loop)
   optimizer = _build_optimizer(model, strategy, precision, schedule)
   state = trainer_lib.TrainingState()
   resume_from = verified.prepare_model_dir(model_dir)
@@ -392,34 +385,12 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
                                       step_settings.global_batch_size,
                                       loop.group_by_length))
   last = {"train": {}, "eval": {}}
-  metric = loop.best_metric or task.selection_metric()
-  best = BestCheckpoint(model, run_files.best_checkpoint(model_dir),
-                        metric, loop.best_mode)
-  early = (EarlyStopping(model_dir, metric, loop.best_mode,
-                         loop.early_stopping_patience,
-                         loop.early_stopping_min_delta)
-           if loop.early_stopping_patience else None)
-  with console.without_orbit_echo():       # its "restoring or initializing"
-    controller = _controller(mode, trainer=trainer, manager=manager,
-                             last=last, model_dir=model_dir,
-                             steps_per_loop=loop.steps_per_loop, best=best,
-                             early_stopping=early)
+  controller, early = _selecting_controller(mode, trainer, manager, last,
+                                            model_dir, loop)
   resumed_step = int(optimizer.iterations.numpy())
-  with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
-    with _ends_cleanly(strategy, manager, optimizer, signals):
-      initial_eval = (_initial_eval(trainer, loop.eval_steps) if (
-          loop.eval_before_training and mode == "train_and_eval" and
-          resumed_step == 0) else {})
-      train_start = time.time()
-      try:
-        with console.without_orbit_echo():
-          _run_loops(_loops(mode, controller, schedule, loop.eval_steps),
-                     model=model, optimizer=optimizer, state=state,
-                     model_dir=model_dir,
-                     recovery_max_trials=loop.recovery_max_trials)
-      except StopEarly as stop:
-        logging.info("%s", stop)
-        print(f"bertexp: {stop}", flush=True)
+  initial_eval, train_start = _run_until_done(
+      mode, trainer, controller, manager, schedule, loop, model_dir,
+      first_run=resumed_step == 0)
   manager.save(checkpoint_number=optimizer.iterations, check_interval=False)
   if hooks.after_training:
     hooks.after_training(model, model_dir)
@@ -438,9 +409,71 @@ def train(mode, *, model_dir, task, model, strategy, precision, schedule,
                            if steps_run else 0.0),
       wall_time_seconds=time.time() - start_time,
       selection_metric=task.selection_metric(),
-      **({"stopped_early_at_step": early.record["stopped_early_at_step"],
-          "early_stopping": early.record} if early else {}),
-      provenance=provenance))
+      **(_early_stopping_record(early)), provenance=provenance))
+
+
+def _run_until_done(mode, trainer, controller, manager, schedule, loop,
+                    model_dir, first_run):
+  """The training loops under signal handling, until the last step, early
+  stopping or a stop; returns (the evaluation before training or {}, the
+  time training started)."""
+  optimizer = trainer.optimizer
+  with stop_signals.StopOnSignals(trainer.stop_requested) as signals:
+    with _ends_cleanly(trainer.strategy, manager, optimizer, signals):
+      initial_eval = (_initial_eval(trainer, loop.eval_steps) if (
+          loop.eval_before_training and mode == "train_and_eval" and
+          first_run) else {})
+      train_start = time.time()
+      try:
+        with console.without_orbit_echo():
+          _run_loops(_loops(mode, controller, schedule, loop.eval_steps),
+                     model=trainer.model, optimizer=optimizer,
+                     state=trainer.state, model_dir=model_dir,
+                     recovery_max_trials=loop.recovery_max_trials)
+      except StopEarly as stop:
+        logging.info("%s", stop)
+        print(f"bertexp: {stop}", flush=True)
+  return initial_eval, train_start
+
+
+def _checked_start(mode, task, loop):
+  """Before anything is written: the settings and the task's training data
+  checked; returns the task's RunHooks (empty when it declares none)."""
+  if loop.early_stopping_patience and mode != "train_and_eval":
+    raise ValueError("early_stopping_patience needs evaluations: "
+                     "--mode=train_and_eval (or train_eval_predict)")
+  data = capabilities.find(task, capabilities.TrainingData)
+  if data:
+    data.check()
+  return (capabilities.find(task, capabilities.RunHooks) or
+          capabilities.RunHooks())
+
+
+def _early_stopping_record(early):
+  """The Training Summary's early-stopping fields ({} without it)."""
+  if not early:
+    return {}
+  return {"stopped_early_at_step": early.record["stopped_early_at_step"],
+          "early_stopping": early.record}
+
+
+def _selecting_controller(mode, trainer, manager, last, model_dir, loop):
+  """(the Orbit controller, EarlyStopping or None): the controller keeps
+  the best checkpoint by the selection metric (LoopSettings.best_metric,
+  else the task's) and stops early when LoopSettings asks."""
+  metric = loop.best_metric or trainer.task.selection_metric()
+  best = BestCheckpoint(trainer.model, run_files.best_checkpoint(model_dir),
+                        metric, loop.best_mode)
+  early = (EarlyStopping(model_dir, metric, loop.best_mode,
+                         loop.early_stopping_patience,
+                         loop.early_stopping_min_delta)
+           if loop.early_stopping_patience else None)
+  with console.without_orbit_echo():       # its "restoring or initializing"
+    controller = _controller(mode, trainer=trainer, manager=manager,
+                             last=last, model_dir=model_dir,
+                             steps_per_loop=loop.steps_per_loop, best=best,
+                             early_stopping=early)
+  return controller, early
 
 
 def _record_config(model_dir, config_text, step):

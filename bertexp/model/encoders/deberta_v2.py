@@ -432,6 +432,29 @@ def numpy_bucket(offsets, config):
       np.int64)
 
 
+def _numpy_embeddings(t, config, word_ids, type_ids):
+  """[B, S, H] summed embeddings (before their norm) from float64 tensors."""
+  x = t["embeddings.word_embeddings.weight"][word_ids]                # [B, S, E]
+  if config.position_biased_input:
+    x = x + t["embeddings.position_embeddings.weight"][:word_ids.shape[1]][None]
+  if config.type_vocab_size:
+    x = x + t["embeddings.token_type_embeddings.weight"][type_ids]
+  if "embeddings.embed_proj.weight" in t:
+    x = x @ t["embeddings.embed_proj.weight"].T                       # [B, S, H]
+  return x
+
+
+def _numpy_c2p(x, table, offsets, span):
+  """[B, N, S, S] position scores of x [B, N, S, D] against the relative
+  table [N, R, D], row i picking bucket offsets[i, j] + span for column j
+  (content-to-position; position-to-content is the same on the keys with
+  offsets negated, then transposed)."""
+  scores = x @ table.transpose(0, 2, 1)[None]                         # [B,N,S,R]
+  rows = np.clip(offsets + span, 0, 2 * span - 1)
+  return np.take_along_axis(
+      scores, np.broadcast_to(rows, scores.shape[:2] + rows.shape), -1)
+
+
 def numpy_reference(tensors, config, word_ids, mask, type_ids):
   """DeBERTa-v2 in float64 numpy from HF-named tensors: {"sequence_output"
   [B, S, H], and "pooled_output" [B, H] when the tensors have the
@@ -449,14 +472,8 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
   b, s = word_ids.shape
   n = config.num_attention_heads
   d = config.hidden_size // n
-  x = t["embeddings.word_embeddings.weight"][word_ids]                # [B, S, E]
-  if config.position_biased_input:
-    x = x + t["embeddings.position_embeddings.weight"][:s][None]
-  if config.type_vocab_size:
-    x = x + t["embeddings.token_type_embeddings.weight"][type_ids]
-  if "embeddings.embed_proj.weight" in t:
-    x = x @ t["embeddings.embed_proj.weight"].T                       # [B, S, H]
-  x = norm(x, "embeddings.LayerNorm") * mask[..., None]
+  x = norm(_numpy_embeddings(t, config, word_ids, type_ids),
+           "embeddings.LayerNorm") * mask[..., None]                  # [B, S, H]
   span = config.span
   terms = config.pos_att_type if config.relative_attention else ()
   if terms:
@@ -481,16 +498,10 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
                for kind in ("query", "key", "value"))
     scores = q @ k.transpose(0, 1, 3, 2)                              # [B,N,S,S]
     if "c2p" in terms:
-      c2p = q @ table_heads(own("key")).transpose(0, 2, 1)[None]      # [B,N,S,R]
-      rows = np.clip(offsets + span, 0, 2 * span - 1)
-      scores = scores + np.take_along_axis(
-          c2p, np.broadcast_to(rows, c2p.shape[:2] + rows.shape), -1)
+      scores = scores + _numpy_c2p(q, table_heads(own("key")), offsets, span)
     if "p2c" in terms:
-      p2c = k @ table_heads(own("query")).transpose(0, 2, 1)[None]    # [B,N,S,R]
-      rows = np.clip(-offsets + span, 0, 2 * span - 1)    # [key, query]
-      by_key = np.take_along_axis(
-          p2c, np.broadcast_to(rows, p2c.shape[:2] + rows.shape), -1)
-      scores = scores + by_key.transpose(0, 1, 3, 2)
+      scores = scores + _numpy_c2p(
+          k, table_heads(own("query")), -offsets, span).transpose(0, 1, 3, 2)
     scores = np.where(allowed, scores / scale, np.finfo(np.float64).min)
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     probs = scores / scores.sum(-1, keepdims=True)

@@ -407,6 +407,21 @@ def hf_assignments(encoder, tensors):
   return pairs
 
 
+def _numpy_bottleneck(x, p, config, linear, norm):
+  """(query/key input, value input, the layer's residual input) of layer
+  prefix `p` for x [B, S, H], through the bottlenecks the config has."""
+  if not config.use_bottleneck:
+    return x, x, x
+  layer_input = norm(linear(x, p + "bottleneck.input.dense"),
+                     p + "bottleneck.input.LayerNorm")
+  if config.use_bottleneck_attention:
+    return layer_input, layer_input, layer_input
+  if config.key_query_shared_bottleneck:
+    return (norm(linear(x, p + "bottleneck.attention.dense"),
+                 p + "bottleneck.attention.LayerNorm"), x, layer_input)
+  return x, x, layer_input
+
+
 def numpy_reference(tensors, config, word_ids, mask, type_ids):
   """MobileBERT in float64 numpy from HF-named tensors, layer by layer as
   transformers' modules are nested."""
@@ -438,19 +453,7 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
   bias = (1.0 - mask[:, None, None, :]) * -1e9                        # [B,1,1,S]
   for i in range(config.num_hidden_layers):
     p = f"encoder.layer.{i}."
-    if config.use_bottleneck:
-      layer_input = norm(linear(x, p + "bottleneck.input.dense"),
-                         p + "bottleneck.input.LayerNorm")
-      if config.use_bottleneck_attention:
-        qk, v_in = layer_input, layer_input
-      elif config.key_query_shared_bottleneck:
-        qk = norm(linear(x, p + "bottleneck.attention.dense"),
-                  p + "bottleneck.attention.LayerNorm")
-        v_in = x
-      else:
-        qk, v_in = x, x
-    else:
-      qk = v_in = layer_input = x
+    qk, v_in, layer_input = _numpy_bottleneck(x, p, config, linear, norm)
 
     def heads(y):
       return y.reshape(b, s, n, d).transpose(0, 2, 1, 3)             # [B,N,S,D]

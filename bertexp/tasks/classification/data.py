@@ -148,6 +148,35 @@ def _fold_splits(splits, strata, folds, seed):
   return extra, {"count": folds, "seed": seed, "assignment": assignment}
 
 
+def _skipped_rows(splits):
+  """{split: malformed rows skipped}, each logged with its first lines."""
+  for name, rows, _ in splits:
+    if rows.skipped:
+      logging.warning("%s: skipped %d malformed rows (wrong column count), "
+                      "lines %s%s", rows.path, len(rows.skipped),
+                      rows.skipped[:10], " ..." if len(rows.skipped) > 10 else "")
+  return {name: len(rows.skipped) for name, rows, _ in splits if rows.skipped}
+
+
+def _optional_meta(splits, labels, label_names, fold_record, doc_stride,
+                   unlabelled, regression):
+  """The meta data's fields of folds, windows, unlabelled text and label
+  counts (for class_weights="balanced"), where they apply."""
+  meta = {}
+  if fold_record:
+    meta["folds"] = fold_record
+  if doc_stride:
+    meta.update(doc_stride=doc_stride, document_counts={
+        name: len(rows) for name, rows, _ in splits})
+  if unlabelled:
+    meta["unlabelled"] = True
+  elif not regression and "train" in labels:
+    counts = np.bincount(labels["train"], minlength=len(label_names))
+    meta["label_counts"] = {name: int(c) for name, c in
+                            zip(label_names, counts)}
+  return meta
+
+
 def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
             label_names, regression, do_lower_case=True,
             max_position_embeddings=None, unlabelled=False, doc_stride=None,
@@ -192,13 +221,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         fold_seed)
     labels.update({name: encode_labels(rows, label_names, regression)
                    for name, rows, _ in fold_split_list})
-  skipped = {name: len(rows.skipped) for name, rows, _ in splits
-             if rows.skipped}
-  for name, rows, _ in splits:
-    if rows.skipped:
-      logging.warning("%s: skipped %d malformed rows (wrong column count), "
-                      "lines %s%s", rows.path, len(rows.skipped),
-                      rows.skipped[:10], " ..." if len(rows.skipped) > 10 else "")
+  skipped = _skipped_rows(splits)
   fileio.makedirs(output_dir)
   sizes, truncated = {}, {}
   with fileio.removed_on_failure(lambda path: [ids_path(path)]) as written:
@@ -227,17 +250,8 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
         "vocab_size": len(tokenizer.vocab),
     }
     meta.update(tokenization.meta_fields(tokenizer_family, keep_accents))
-    if fold_record:
-      meta["folds"] = fold_record
-    if doc_stride:
-      meta.update(doc_stride=doc_stride, document_counts={
-          name: len(rows) for name, rows, _ in splits})
-    if unlabelled:
-      meta["unlabelled"] = True
-    elif not regression and "train" in labels:   # for class_weights="balanced"
-      counts = np.bincount(labels["train"], minlength=len(label_names))
-      meta["label_counts"] = {name: int(c) for name, c in
-                              zip(label_names, counts)}
+    meta.update(_optional_meta(splits, labels, label_names, fold_record,
+                               doc_stride, unlabelled, regression))
     fileio.write_json(fileio.join(output_dir, f"{task_name}_meta_data"), meta)
   return meta
 

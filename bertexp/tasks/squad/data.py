@@ -289,6 +289,36 @@ def _context_pieces(doc_tokens, word_pieces):
   return piece_to_word, word_to_piece, doc_pieces
 
 
+def _layout(layouts, key, doc_length, doc_stride, max_seq_length, taken,
+            query_length):
+  """(windows, each piece's best window) of paragraph `key` when `taken`
+  of `max_seq_length` positions hold the question and special tokens; kept
+  in `layouts`.
+
+  Raises:
+    ValueError: the question leaves no room for the context.
+  """
+  max_tokens = max_seq_length - taken
+  if max_tokens < 1:
+    raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
+                     f"the context after a {query_length}-piece question")
+  if (key, max_tokens) not in layouts:
+    windows = doc_windows(doc_length, max_tokens, doc_stride)
+    layouts[(key, max_tokens)] = (windows, best_windows(windows, doc_length))
+  return layouts[(key, max_tokens)]
+
+
+def _span_by_words(example, word_to_piece, doc_pieces, answer_ids):
+  """(first, last) context piece of a training answer, from its words,
+  narrowed to the pieces of the tokenized answer text (`answer_ids`)."""
+  start_piece = word_to_piece[example.start_word]
+  end_piece = (word_to_piece[example.end_word + 1] - 1
+               if example.end_word + 1 < len(example.doc_tokens)
+               else len(doc_pieces) - 1)
+  return _improve_span(doc_pieces, start_piece, end_piece,
+                       [int(i) for i in answer_ids])
+
+
 def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
                      max_query_length, is_training, first_unique_id=0):
   """Examples -> windowed features (training: with start/end positions).
@@ -315,6 +345,7 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       if not e.is_impossible for w in (e.start_word, e.end_word)})
                             ) if by_offsets else {}
   contexts, layouts = {}, {}   # per paragraph (questions share doc_tokens)
+  special = tokenization.special_count(tokenizer, True)
   features, unique_id = [], first_unique_id
   for index, example in enumerate(examples):
     query = [int(i) for i in questions[index][:max_query_length]]
@@ -323,25 +354,13 @@ def convert_examples(examples, tokenizer, *, max_seq_length, doc_stride,
       contexts[key] = _context_pieces(segments[key][0], word_pieces)
     piece_to_word, word_to_piece, doc_pieces = contexts[key]
     start_piece = end_piece = None
-    if by_offsets and not example.is_impossible:
-      start_piece, end_piece = _span_by_offsets(example, word_to_piece,
-                                                piece_bytes, segments[key])
-    elif is_training and not example.is_impossible:
-      start_piece = word_to_piece[example.start_word]
-      end_piece = (word_to_piece[example.end_word + 1] - 1
-                   if example.end_word + 1 < len(example.doc_tokens)
-                   else len(doc_pieces) - 1)
-      start_piece, end_piece = _improve_span(
-          doc_pieces, start_piece, end_piece, [int(i) for i in answers[index]])
-    max_tokens = (max_seq_length - len(query) -
-                  tokenization.special_count(tokenizer, True))
-    if max_tokens < 1:
-      raise ValueError(f"max_seq_length {max_seq_length} leaves no room for "
-                       f"the context after a {len(query)}-piece question")
-    if (key, max_tokens) not in layouts:
-      windows = doc_windows(len(doc_pieces), max_tokens, doc_stride)
-      layouts[(key, max_tokens)] = (windows, best_windows(windows, len(doc_pieces)))
-    windows, best = layouts[(key, max_tokens)]
+    if is_training and not example.is_impossible:
+      start_piece, end_piece = (
+          _span_by_offsets(example, word_to_piece, piece_bytes, segments[key])
+          if by_offsets else _span_by_words(example, word_to_piece, doc_pieces,
+                                            answers[index]))
+    windows, best = _layout(layouts, key, len(doc_pieces), doc_stride,
+                            max_seq_length, len(query) + special, len(query))
     prefix = ([tokenizer.cls_id] + query +
               [tokenizer.sep_id] * tokenizer.pair_separators)
     offset, context_type = len(prefix), int(tokenizer.segment_ids)

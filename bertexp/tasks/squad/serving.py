@@ -65,6 +65,39 @@ def _word_pieces(tokenizer, context, words, starts, ends, normalized):
   return pieces, shift(piece_start), shift(piece_end)
 
 
+def _span_text(flat_words, normalized, piece_start, piece_end, words,
+               pieces):
+  """[B] the context's text from the first to the last piece of each span.
+
+  Args:
+    flat_words, normalized: the contexts' words [Nw], as written and as the
+      tokenizer normalised them.
+    piece_start, piece_end: each word's pieces' byte offsets [Nw, (P)].
+    words: (first word, last word) [B] of each span.
+    pieces: (first piece, last piece) [B], flat piece indices.
+  """
+  word_start, word_end = words
+  flat_start, flat_end = pieces
+  word_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")       # [Nw]
+  same_length = tf.equal(word_chars, tf.strings.length(normalized, unit="UTF8_CHAR"))
+  # Where normalisation changed a word's length, keep the whole word (as
+  # get_final_text falls back to the original text).
+  char_start = tf.where(tf.gather(same_length, word_start), _char_offset(
+      tf.gather(normalized, word_start),
+      tf.gather(piece_start.values, flat_start)), 0)
+  char_end = tf.where(tf.gather(same_length, word_end), _char_offset(
+      tf.gather(normalized, word_end),
+      tf.gather(piece_end.values, flat_end)), tf.gather(word_chars, word_end))
+  joined = tf.strings.reduce_join(
+      tf.gather(flat_words, tf.ragged.range(word_start, word_end + 1)),
+      axis=1, separator=" ")
+  position = tf.concat([[0], tf.cumsum(word_chars + 1)], 0)          # word -> char
+  last_word_at = tf.gather(position, word_end) - tf.gather(position, word_start)
+  text = tf.strings.substr(joined, char_start,
+                           last_word_at + char_end - char_start, unit="UTF8_CHAR")
+  return text
+
+
 def answer(tokenizer, model, spec, question, context):
   """question, context: tf.string [B] -> answer [B] string, score [B] (start
   + end logit), context_truncated [B]; v2.0 adds null_score_diff [B] and
@@ -105,23 +138,8 @@ def answer(tokenizer, model, spec, question, context):
   flat_end = tf.where(found, flat_end, 0)
   word_start = tf.gather(piece_word, flat_start)
   word_end = tf.gather(piece_word, flat_end)
-  word_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")       # [Nw]
-  same_length = tf.equal(word_chars, tf.strings.length(normalized, unit="UTF8_CHAR"))
-  # Where normalisation changed a word's length, keep the whole word (as
-  # get_final_text falls back to the original text).
-  char_start = tf.where(tf.gather(same_length, word_start), _char_offset(
-      tf.gather(normalized, word_start),
-      tf.gather(piece_start.values, flat_start)), 0)
-  char_end = tf.where(tf.gather(same_length, word_end), _char_offset(
-      tf.gather(normalized, word_end),
-      tf.gather(piece_end.values, flat_end)), tf.gather(word_chars, word_end))
-  joined = tf.strings.reduce_join(
-      tf.gather(flat_words, tf.ragged.range(word_start, word_end + 1)),
-      axis=1, separator=" ")
-  position = tf.concat([[0], tf.cumsum(word_chars + 1)], 0)          # word -> char
-  last_word_at = tf.gather(position, word_end) - tf.gather(position, word_start)
-  text = tf.strings.substr(joined, char_start,
-                           last_word_at + char_end - char_start, unit="UTF8_CHAR")
+  text = _span_text(flat_words, normalized, piece_start, piece_end,
+                    (word_start, word_end), (flat_start, flat_end))
   text = tf.where(found, text, "")
   outputs = {"answer": text, "score": tf.where(found, score, -float("inf")),
              "context_truncated": truncated}

@@ -188,6 +188,20 @@ def _plain_tags(splits, given):
   return names
 
 
+def _training_tags(splits, labels, scheme, input_scheme):
+  """(label names, entity types, {split: [each sentence's tags in `scheme`,
+  or None when unlabelled]}) of the read splits [(name, sentences)]."""
+  if scheme == "NONE":
+    tags = {name: [s.tags for s in sentences] for name, sentences in splits}
+    return _plain_tags(splits, labels), [], tags
+  spans, types = _entity_types(
+      splits, labels, tag_schemes.check_scheme(input_scheme or scheme))
+  tags = {name: [None if found is None else tag_schemes.write_tags(
+      found, len(s.tokens), scheme) for s, found in zip(sentences, spans[name])]
+      for name, sentences in splits}
+  return tag_schemes.label_names(types, scheme), types, tags
+
+
 def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
                     scheme="BIO", input_scheme=None, labels=None,
                     max_seq_length=128, doc_stride=None, do_lower_case=True,
@@ -234,16 +248,8 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
   if not splits or splits[0][0] != "train" or not splits[0][1]:
     raise ValueError(f"{files[0][1] if files else 'no files'}: the training "
                      "file has no sentences")
-  if scheme == "NONE":
-    label_names, types = _plain_tags(splits, labels), []
-    tags = {name: [s.tags for s in sentences] for name, sentences in splits}
-  else:
-    spans, types = _entity_types(
-        splits, labels, tag_schemes.check_scheme(input_scheme or scheme))
-    label_names = tag_schemes.label_names(types, scheme)
-    tags = {name: [None if found is None else tag_schemes.write_tags(
-        found, len(s.tokens), scheme) for s, found in zip(sentences, spans[name])]
-        for name, sentences in splits}
+  label_names, types, tags = _training_tags(splits, labels, scheme,
+                                            input_scheme)
   tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,

@@ -33,18 +33,21 @@ def _same_model(model):
 class TrainingData(Capability):
   """The record files a task trains from.
 
+  Each is a function, called only by what needs it (a meta data file may
+  lack the training counts of a run that only exports).
+
   Attributes:
-    num_examples: training examples per epoch (0: unknown; epochs cannot
-      be counted).
-    files: {"vocab_file": path or None, "data_files": [paths]}, for the
-      run's provenance record.
+    num_examples: () -> training examples per epoch (0: unknown; epochs
+      cannot be counted).
+    files: () -> {"vocab_file": path or None, "data_files": [paths]}, for
+      the run's provenance record.
     check: () -> None before the first step; raises a clear error when the
       files disagree with the configuration.
   """
   what: ClassVar[str] = "training data"
-  num_examples: int = 0
-  files: Dict[str, Any] = dataclasses.field(
-      default_factory=lambda: {"vocab_file": None, "data_files": []})
+  num_examples: Callable[[], int] = lambda: 0
+  files: Callable[[], Dict[str, Any]] = lambda: {"vocab_file": None,
+                                                 "data_files": []}
   check: Callable[[], None] = lambda: None
 
 

@@ -380,7 +380,7 @@ def _evaluate_or_predict(mode, model_dir, checkpoint_path, task, model,
 def _train_examples(task):
   """Training examples per epoch the task declares (0: not counted)."""
   data = capabilities.find(task, capabilities.TrainingData)
-  return data.num_examples if data else 0
+  return data.num_examples() if data else 0
 
 
 def _prediction_splits(task, action):

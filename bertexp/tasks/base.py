@@ -294,5 +294,5 @@ class RecordTask(Task):
     """Training data from records; subclasses add theirs
     (`capabilities.merged`)."""
     return (capabilities.TrainingData(
-                num_examples=self.num_train_examples(),
-                files=self.input_files(), check=self.check_training_data),)
+                num_examples=self.num_train_examples,
+                files=self.input_files, check=self.check_training_data),)

@@ -68,7 +68,7 @@ def record(task, *, init_checkpoint, seed, deterministic, cpu_threads,
   training_summary.json); `precision` is the one the run used ("auto"
   resolved)."""
   files = (capabilities.find(task, capabilities.TrainingData) or
-           capabilities.TrainingData()).files
+           capabilities.TrainingData()).files()
   return {
       "seed": seed, "deterministic": deterministic, "cpu_threads": cpu_threads,
       "precision": precision,

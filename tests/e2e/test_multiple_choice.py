@@ -137,8 +137,8 @@ def test_plan_says_in_one_line_why_it_has_no_memory_plan(mc_data, tmp_path,
   paths, _ = mc_data
   assert cli.main(_args(paths, str(tmp_path / "run"), "plan")) == 0
   printed = capsys.readouterr().out
-  assert ("memory plan: unavailable (the memory plan does not cover multiple "
-          "choice (N sequences per example))\n") in printed, printed
+  assert ("memory plan: unavailable (--mode=plan: MultipleChoiceTask does "
+          "not declare a memory plan)\n") in printed, printed
   assert "configurable" not in printed and " at 0x" not in printed
 
 

@@ -575,7 +575,7 @@ class DistillationTask(base.Task):
         c, (capabilities.DistillationStudent, capabilities.RunHooks))]
     declared = [
         capabilities.TrainingData(
-            num_examples=self.num_train_examples(), files=self.input_files(),
+            num_examples=self.num_train_examples, files=self.input_files,
             check=self.check_training_data),
         capabilities.TeacherTargets(write=self.write_teacher_targets),
         capabilities.RunHooks(initialisation=lambda: self._initialisation)]

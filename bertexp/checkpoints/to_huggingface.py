@@ -133,19 +133,33 @@ class HeadMapping:
   labels: str = "none"
 
 
-def _run_heads(run_folder, heads):
-  """The heads a run's checkpoint may hold: those of the tasks its
+@dataclasses.dataclass(frozen=True)
+class ExtraFiles:
+  """Files of a task's own that go into its runs' Hugging Face folders.
+
+  Attributes:
+    task: the gin name of the task ("bertexp.EmbeddingTask"): only runs of
+      it (or whose config.gin refers to it) get the files.
+    files: (checkpoint reader, encoder config) -> {path in the folder:
+      text}; {} for a checkpoint without what it writes.
+  """
+  task: str
+  files: Callable[..., dict]
+
+
+def _of_run_tasks(run_folder, declared):
+  """What tasks declare (HeadMappings, ExtraFiles) for the tasks a run's
   config.gin refers to (its task; a distillation's student task), so that
-  another task's head layer of the same name (a plugin's `scorer`) is never
-  taken for a shipped task's. Every head for a checkpoint without its run's
+  another task's layer of the same name (a plugin's `scorer`) is never
+  taken for a shipped task's. All of it for a checkpoint without its run's
   config.gin (a bare prefix) or one that binds no task."""
   config = run_folder and run_files.config(run_folder)
   text = fileio.read_text(config) if config and tf.io.gfile.exists(
       config) else ""
   if not gin_text.binds(text, "experiment.task"):
-    return tuple(heads)
+    return tuple(declared)
   referenced = gin_text.references(text)
-  return tuple(h for h in heads if gin_text.refers_to(referenced, h.task))
+  return tuple(d for d in declared if gin_text.refers_to(referenced, d.task))
 
 
 def _layers_left_out(shapes, prefix, head):
@@ -244,7 +258,7 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
 
 def export_huggingface(input_path, output_dir, bert_config_file=None,
                        vocab_file=None, heads: Sequence[HeadMapping] = (),
-                       extra_files: Sequence[Callable] = ()):
+                       extra_files: Sequence[ExtraFiles] = ()):
   """Writes a Hugging Face model folder.
 
   Args:
@@ -254,10 +268,9 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       (vocab_file: WordPiece vocab.txt or the family's SentencePiece model).
     heads: the HeadMappings the tasks declare; the checkpoint's head is
       the one whose layer it holds, among those of the run's tasks.
-    extra_files: functions (checkpoint reader, encoder config) -> {path in
-      the folder: text} the tasks declare (e.g. an embedding model's
-      sentence-transformers files); each gives {} for a checkpoint that is
-      not its task's.
+    extra_files: the ExtraFiles the tasks declare (e.g. an embedding
+      model's sentence-transformers files); those of the run's tasks are
+      written.
   Returns:
     (the transformers architecture, {HF name: array}).
   Raises:
@@ -278,7 +291,7 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
             else "encoder/")
   if not any(k.startswith(prefix) for k in shapes):
     raise ValueError(f"{checkpoint}: holds no bertexp encoder")
-  head_mapping, head = _head(reader, _run_heads(run_folder, heads))
+  head_mapping, head = _head(reader, _of_run_tasks(run_folder, heads))
   tensors = model_tensors(
       family, encoder_tensors(checkpoint, prefix, config, bert_config_file),
       head_mapping, head)
@@ -298,8 +311,8 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
                                 for k, v in tensors.items()},
                                metadata={"format": "pt"}))
     _write_tokenizer(tmp, vocab, spm_family, lower)
-    for files in extra_files:
-      for name, text in files(reader, config).items():
+    for extra in _of_run_tasks(run_folder, extra_files):
+      for name, text in extra.files(reader, config).items():
         fileio.makedirs(fileio.join(tmp, *name.split("/")[:-1]))
         fileio.write_text(fileio.join(tmp, name), text)
   architecture = values["architectures"][0]

@@ -12,8 +12,9 @@ A folder `bertexp/tasks/<task>/` (or such a package) may hold
   prepare.py  COMMANDS: its `bertexp prepare` subcommands (prepare_command);
   task.py     the gin-registered task, and HUGGINGFACE_HEADS: how the heads
               it trains go to transformers (to_huggingface.HeadMapping);
-              HUGGINGFACE_FILES: functions adding files of its own to
-              such a folder (to_huggingface.export_huggingface).
+              HUGGINGFACE_FILES: files of its own for such a folder
+              (to_huggingface.ExtraFiles); both name their task, and a
+              run gets only its own tasks'.
 """
 import importlib
 import importlib.util
@@ -65,16 +66,20 @@ def modules_named(name: str) -> List[Tuple[str, object]]:
 def huggingface_heads():
   """Every task's HUGGINGFACE_HEADS, in folder order.
 
+  Heads of different tasks may share a layer name (a run's checkpoint is
+  read only for its own tasks' heads).
+
   Raises:
-    ValueError: two tasks declare a head on the same layer name.
+    ValueError: two folders declare a head of the same task and layer.
   """
   heads, owner = [], {}
   for folder, module in modules_named("task"):
     for head in getattr(module, "HUGGINGFACE_HEADS", ()):
-      if head.layer in owner:
-        raise ValueError(f"Hugging Face head {head.layer!r}: declared by "
-                         f"{owner[head.layer]} and {folder}")
-      owner[head.layer] = folder
+      key = (head.task, head.layer)
+      if key in owner:
+        raise ValueError(f"Hugging Face head {head.layer!r} of {head.task}: "
+                         f"declared by {owner[key]} and {folder}")
+      owner[key] = folder
       heads.append(head)
   return tuple(heads)
 

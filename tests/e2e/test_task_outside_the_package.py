@@ -1,9 +1,17 @@
-"""A task defined outside the bertexp package (tests/plugins/mean_pooled.py,
-brought in by the gin file's own `import`) trains, evaluates, predicts,
-exports and is served by `bertexp serve` with TF Serving's REST API, with
-no change to bertexp: the Task interface is the whole seam."""
+"""A task defined outside the bertexp package, two ways with no change to
+bertexp: tests/plugins/mean_pooled.py brought in by a gin file's own
+`import` (docs/architecture.md shows it), and the same module installed with
+pip as a package that declares it through the "bertexp.tasks" entry point
+(its task.py, with tests/plugins/mean_pooled_prepare.py as its prepare.py).
+The installed one goes the whole way a shipped task goes: its own `bertexp
+prepare` verb, train and evaluate, predict through its own writer, export,
+the Predictor, `bertexp serve` over TF Serving's REST API, and
+`convert-checkpoint --to=huggingface` with its own files."""
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,33 +20,91 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
-from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB,
-                      prepare_tiny_sst2_run, start_server)
+from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB, start_server,
+                      write_sst2_folder)
 
 GIN_FILE = os.path.join(TESTS, "plugins", "mean_pooled.gin")
+PYPROJECT = """[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "bertexp-mean-pooled"
+version = "0.1.0"
+
+[project.entry-points."bertexp.tasks"]
+mean_pooled = "bertexp_mean_pooled"
+
+[tool.setuptools]
+packages = ["bertexp_mean_pooled"]
+"""
+
+
+def _install(root):
+  """The plugin as a distribution, installed by pip into root/site."""
+  source = os.path.join(root, "source")
+  package = os.path.join(source, "bertexp_mean_pooled")
+  os.makedirs(package)
+  open(os.path.join(source, "pyproject.toml"), "w").write(PYPROJECT)
+  open(os.path.join(package, "__init__.py"), "w").close()
+  plugins = os.path.join(TESTS, "plugins")
+  shutil.copy(os.path.join(plugins, "mean_pooled.py"),
+              os.path.join(package, "task.py"))
+  shutil.copy(os.path.join(plugins, "mean_pooled_prepare.py"),
+              os.path.join(package, "prepare.py"))
+  site = os.path.join(root, "site")
+  done = subprocess.run(
+      [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+       "--no-build-isolation", "--target", site, source],
+      capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stdout + done.stderr
+  return site
+
+
+def _gin_without_import(root):
+  """mean_pooled.gin less its `import` line: the entry point brings the
+  task in."""
+  lines = open(GIN_FILE).read().splitlines(keepends=True)
+  path = os.path.join(root, "installed.gin")
+  open(path, "w").write("".join(l for l in lines if not l.startswith(
+      ("import ", "# A task from outside"))))
+  return path
 
 
 @pytest.fixture(scope="module")
 def plugin_run(tmp_path_factory):
-  """The plugin task's run: trained, evaluated, predicted and exported (one
-  `bertexp train` each, as a user runs them)."""
+  """The installed plugin's run: data from its own prepare verb, then
+  trained, evaluated, predicted and exported (one `bertexp` command each,
+  as a user runs them)."""
   root = str(tmp_path_factory.mktemp("plugin"))
   vocab = os.path.join(root, "vocab.txt")
-  with open(vocab, "w") as f:
-    f.write("\n".join(TINY_VOCAB) + "\n")
+  open(vocab, "w").write("\n".join(TINY_VOCAB) + "\n")
   config = os.path.join(root, "config.json")
-  with open(config, "w") as f:
-    json.dump(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
-                   attention_probs_dropout_prob=0.0), f)
-  run = prepare_tiny_sst2_run(os.path.join(root, "exp"), vocab, config)
-  params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
-      "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=8",
-      "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=5e-3",
-      "--gin_param=STEPS_PER_LOOP=20", "--gin_param=EVAL_INTERVAL_STEPS=60",
-      "--gin_param=SEED=1"]
-  for mode in ("train_and_eval", "predict", "export"):
-    assert cli.main(["train", f"--gin_file={GIN_FILE}", f"--mode={mode}"] +
-                    params) == 0, mode
+  json.dump(dict(TINY_CONFIG, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0), open(config, "w"))
+  with pytest.MonkeyPatch.context() as patch:
+    patch.syspath_prepend(_install(root))
+    sst2 = write_sst2_folder(os.path.join(root, "SST-2"))
+    data = os.path.join(root, "data")
+    assert cli.main(["prepare", "mean_pooled_sst2", f"--input_dir={sst2}",
+                     f"--vocab_file={vocab}", f"--output_dir={data}"]) == 0
+    run = {"BERT_CONFIG_FILE": config, "INPUT_META_DATA_PATH":
+           f"{data}/sst2_meta_data", "MODEL_DIR": os.path.join(root, "model"),
+           **{f"{split.upper()}_DATA_PATH": f"{data}/sst2_{split}.tf_record"
+              for split in ("train", "eval", "test")}}
+    params = [f"--gin_param={k}={json.dumps(v)}" for k, v in run.items()] + [
+        "--gin_param=TRAIN_STEPS=60", "--gin_param=TRAIN_BATCH_SIZE=8",
+        "--gin_param=EVAL_BATCH_SIZE=8", "--gin_param=LEARNING_RATE=5e-3",
+        "--gin_param=STEPS_PER_LOOP=20", "--gin_param=EVAL_INTERVAL_STEPS=60",
+        "--gin_param=SEED=1"]
+    gin_file = _gin_without_import(root)
+    for mode in ("train_and_eval", "predict", "export"):
+      assert cli.main(["train", f"--gin_file={gin_file}", f"--mode={mode}"] +
+                      params) == 0, mode
+    run["hf"] = os.path.join(root, "hf")
+    assert cli.main(["convert-checkpoint", "--to=huggingface",
+                     f"--input={run['MODEL_DIR']}",
+                     f"--output={run['hf']}"]) == 0
   return run
 
 
@@ -92,25 +158,23 @@ def test_the_outside_task_export_is_served_and_read_by_the_predictor(
                              [row["probabilities"] for row in rows], atol=1e-5)
 
 
-def test_a_head_named_like_a_shipped_tasks_is_not_exported_as_that_task(
-    plugin_run, tmp_path, capsys):
-  """The plugin's head layer is `scorer`, the name of the multiple-choice
-  task's head: the exporter reads the run's own task from its config.gin,
-  so the folder is the encoder (BertModel), and the line says the head was
-  left out (it was written as BertForMultipleChoice before)."""
+def test_the_installed_task_goes_to_hugging_face_with_its_own_files(
+    plugin_run):
+  """Its head layer is `scorer`, the name of the multiple-choice task's
+  head: the exporter takes only what the run's own task declares, so the
+  folder is the encoder (BertModel, not BertForMultipleChoice) plus the
+  plugin's mean_pooled_head.json, whose weights are the checkpoint's."""
   from safetensors.numpy import load_file
-  output = tmp_path / "hf"
-  assert cli.main(["convert-checkpoint", "--to=huggingface",
-                   f"--input={plugin_run['MODEL_DIR']}",
-                   f"--output={output}"]) == 0
-  config = json.load(open(output / "config.json"))
+  output = plugin_run["hf"]
+  config = json.load(open(os.path.join(output, "config.json")))
   assert config["architectures"] == ["BertModel"]
-  assert "num_labels" not in config
-  assert not any(name.startswith("classifier")
-                 for name in load_file(str(output / "model.safetensors")))
-  assert capsys.readouterr().out.rstrip().endswith(
-      "not exported (no task of the run declares them for transformers): "
-      "scorer")
+  assert not any(name.startswith("classifier") for name in
+                 load_file(os.path.join(output, "model.safetensors")))
+  head = json.load(open(os.path.join(output, "mean_pooled_head.json")))
+  reader = tf.train.load_checkpoint(plugin_run["MODEL_DIR"])
+  kernel = reader.get_tensor("model/scorer/kernel/.ATTRIBUTES/VARIABLE_VALUE")
+  np.testing.assert_array_equal(np.array(head["weight"]), kernel.T)
+  assert head["pooling"] == "mean" and np.ptp(kernel) > 0.01
 
 
 def test_the_architecture_page_shows_exactly_the_task_these_tests_run():

@@ -2,15 +2,21 @@
 encoder's token vectors (real tokens only) instead of the [CLS] pooler, on
 the records of `bertexp prepare classification`.
 
-It uses only bertexp's public pieces (the Task interface, the encoder, the
-record pipeline, the raw-text packer) and is registered by its own gin
-`import`:
+It uses only bertexp's public pieces (the Task interface and its
+capabilities, the encoder, the record pipeline, the raw-text packer) and is
+registered by its own gin `import`:
 
     import plugins.mean_pooled
     bertexp.experiment.task = @plugins.MeanPooledClassificationTask()
 
+or, installed with pip as a package that declares it through the
+"bertexp.tasks" entry point (this module as its task.py), with no import
+line at all. Its runs' Hugging Face folders (`convert-checkpoint
+--to=huggingface`) get the encoder and `mean_pooled_head.json`.
+
 Shape legend: B batch, S sequence length, H hidden size, L labels.
 """
+import json
 import os
 
 import gin
@@ -19,6 +25,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp import capabilities
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import pipeline
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -132,3 +139,23 @@ class MeanPooledClassificationTask(base.RecordTask):
         do_lower_case=self.meta.get("do_lower_case", True),
         max_seq_length=self.meta["max_seq_length"],
         num_text_features=self.meta.get("num_text_features", 1))
+
+
+def _head_file(reader, config):
+  """mean_pooled_head.json: the scorer that reads the mean of the encoder's
+  token vectors ({} for a checkpoint without it)."""
+  names = reader.get_variable_to_shape_map()
+  kernel = "model/scorer/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+  if kernel not in names:
+    return {}
+  bias = reader.get_tensor("model/scorer/bias/.ATTRIBUTES/VARIABLE_VALUE")
+  return {"mean_pooled_head.json": json.dumps({
+      "pooling": "mean", "hidden_size": config.hidden_size,
+      "weight": reader.get_tensor(kernel).T.tolist(),      # [L, H]
+      "bias": bias.tolist()}) + "\n"}
+
+
+# What convert-checkpoint --to=huggingface adds for this task's runs only
+# (the multiple-choice task's head layer has the same name, `scorer`).
+HUGGINGFACE_FILES = (to_huggingface.ExtraFiles(
+    task="plugins.MeanPooledClassificationTask", files=_head_file),)

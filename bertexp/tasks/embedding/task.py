@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from bertexp import capabilities
 from bertexp.checkpoints import sentence_transformers
+from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.model import encoders
@@ -144,7 +145,8 @@ def _huggingface_files(reader, config):
 
 
 # What convert-checkpoint --to=huggingface adds for this task's checkpoints.
-HUGGINGFACE_FILES = (_huggingface_files,)
+HUGGINGFACE_FILES = (to_huggingface.ExtraFiles(task="bertexp.EmbeddingTask",
+                                              files=_huggingface_files),)
 
 
 @gin.configurable(module="bertexp")

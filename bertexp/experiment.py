@@ -170,11 +170,16 @@ def experiment(mode="train_and_eval", *, model_dir=gin.REQUIRED,
           mode) else None
   if mode == "train_eval_predict":
     _prediction_splits(task, mode)
+  # The machine's settings, read from gin once, here, and handed down.
+  machine = plan.MachineSettings(strategy=strategy_lib.StrategySettings(),
+                                 numerics=strategy_lib.NumericsSettings(),
+                                 encoder=encoders.EncoderSettings())
   if mode == "plan":         # what a run would do, without running it
     return _plan(task, derived, sched.train_batch_size,
-                 opts.gradient_accumulation_steps, run.seed)
-  strategy, precision, jit_compile = _start_runtime(mode, run)
-  with strategy_lib.leaving_together(strategy):
+                 opts.gradient_accumulation_steps, run.seed, machine)
+  strategy, precision, jit_compile = _start_runtime(mode, run, machine)
+  with strategy_lib.leaving_together(strategy), encoders.settings_scope(
+      machine.encoder):
     return _run(mode, task, model_dir, config_text, settings, derived,
                 strategy, precision, jit_compile)
 
@@ -256,7 +261,8 @@ def _writer_lock(strategy, model_dir):
   return writer_lock.WriterLock(model_dir)
 
 
-def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
+def _plan(task, schedule, train_batch_size, accumulation_steps, seed,
+          machine):
   """--mode=plan: prints the schedule and the memory plan; returns both.
 
   The memory plan needs the model's bert_config.json: without it (a sweep
@@ -264,7 +270,7 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
   printed and the plan says why it is missing."""
   try:
     memory, lines = plan.memory_report(
-        task, train_batch_size=train_batch_size,
+        task, machine, train_batch_size=train_batch_size,
         accumulation_steps=accumulation_steps)
   except (FileNotFoundError, ValueError) as e:
     why = gin_text.user_message(e)
@@ -280,10 +286,10 @@ def _plan(task, schedule, train_batch_size, accumulation_steps, seed):
   return result
 
 
-def _start_runtime(mode, run):
-  """Threads, the strategy, seeds and numerics (RuntimeSettings `run`), in
-  the order TensorFlow needs them; returns (strategy, precision,
-  jit_compile)."""
+def _start_runtime(mode, run, machine):
+  """Threads, the strategy, seeds and numerics (RuntimeSettings `run`,
+  plan.MachineSettings `machine`), in the order TensorFlow needs them;
+  returns (strategy, precision, jit_compile)."""
   if run.cpu_threads:
     # Before any TF runtime work. Thread counts change CPU reduction order,
     # so a run reproduces bit for bit only with the same setting.
@@ -291,12 +297,12 @@ def _start_runtime(mode, run):
     tf.config.threading.set_inter_op_parallelism_threads(run.cpu_threads)
   # The strategy first: multi-worker collectives must be configured before
   # any other TensorFlow call initialises the runtime.
-  strategy = strategy_lib.make_strategy()
+  strategy = machine.strategy.build()
   if run.seed is not None:
     tf_keras.utils.set_random_seed(run.seed)
   if run.deterministic:
     tf.config.experimental.enable_op_determinism()
-  precision, jit_compile = strategy_lib.configure_numerics(strategy=strategy)
+  precision, jit_compile = machine.numerics.apply(strategy)
   if modes.serves_float32(mode):
     # Served models compute in float32 whatever the training precision, so
     # predict and the exported model give the same numbers (and teacher

@@ -1,16 +1,19 @@
 """`bertexp train --mode=plan`: what a run would need, with nothing built.
 
-The device, replica count, precision and recompute setting are read from
-the parsed gin bindings of bertexp.make_strategy, configure_numerics and
-build_encoder (gin.get_bindings), so no accelerator is touched; the model
-shape from the task's config files. See bertexp.model.memory_plan for the formula.
+The device, replica count, precision and recompute setting come from the
+run's MachineSettings (the strategy, numerics and encoder settings the
+experiment read from gin), without building the strategy, so no
+accelerator is touched; the model shape from the task's config files. See
+bertexp.model.memory_plan for the formula.
 """
+import dataclasses
 import json
 import os
 
 import gin
 
 from bertexp import capabilities
+from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.train import strategy as strategy_lib
 from bertexp.util import gpus as gpu_probe
@@ -18,11 +21,13 @@ from bertexp.util import gpus as gpu_probe
 GB = memory_plan.GB
 
 
-def _bindings(name):
-  try:
-    return gin.get_bindings(name)
-  except ValueError:
-    return {}
+@dataclasses.dataclass(frozen=True)
+class MachineSettings:
+  """What a run is built on besides its schedule: the experiment reads them
+  from gin once and hands them to the runtime and to the plan."""
+  strategy: strategy_lib.StrategySettings
+  numerics: strategy_lib.NumericsSettings
+  encoder: encoders.EncoderSettings
 
 
 def _workers():
@@ -30,10 +35,8 @@ def _workers():
   return max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", [])))
 
 
-def _precision(device_name):
-  """The bound precision; "auto" resolved for the plan's device."""
-  precision = _bindings("bertexp.configure_numerics").get("precision",
-                                                           "float32")
+def _precision(precision, device_name):
+  """`precision`, "auto" resolved for the plan's device."""
   if precision != "auto":
     return precision
   kind = device_name.split()[0]
@@ -53,16 +56,15 @@ def _resident_bytes():
   return 0
 
 
-def device(tpu_type, tpu_cores, device_memory_gb):
-  """(description, replicas, device bytes or None, runtime bytes)."""
-  strategy = _bindings("bertexp.make_strategy")
-  kind = strategy.get("kind", "default")
-  gpus = strategy.get("num_gpus", 0)
+def device(strategy, tpu_type, tpu_cores, device_memory_gb):
+  """(description, replicas, device bytes or None, runtime bytes) of the
+  StrategySettings `strategy`."""
+  kind, gpus = strategy.kind, strategy.num_gpus
   given = device_memory_gb * GB if device_memory_gb else None
   if kind == "tpu":
     return (f"TPU {tpu_type} core", tpu_cores,
             given or memory_plan.tpu_memory_bytes(tpu_type), 0)
-  replicas = max(1, gpus or strategy.get("cpu_replicas", 0) or 1)
+  replicas = max(1, gpus or strategy.cpu_replicas or 1)
   if kind == "multi_worker_mirrored":
     replicas = _workers() * max(1, gpus)
   if gpus:
@@ -74,17 +76,18 @@ def device(tpu_type, tpu_cores, device_memory_gb):
 
 
 @gin.configurable(module="bertexp")
-def memory_report(task, *, train_batch_size, accumulation_steps,
+def memory_report(task, machine, *, train_batch_size, accumulation_steps,
                   tpu_type="v3", tpu_cores=8, device_memory_gb=None):
-  """The memory plan of training `task` as configured: a dict of figures
-  and the lines --mode=plan prints. tpu_type / tpu_cores describe the TPU a
-  "tpu" strategy will get; device_memory_gb overrides the device's memory."""
+  """The memory plan of training `task` on `machine` (MachineSettings): a
+  dict of figures and the lines --mode=plan prints. tpu_type / tpu_cores
+  describe the TPU a "tpu" strategy will get; device_memory_gb overrides
+  the device's memory."""
   config, seq, head = capabilities.require(
       task, capabilities.MemoryPlan, "--mode=plan").model_shape()
-  name, replicas, device_bytes, runtime = device(tpu_type, tpu_cores,
-                                                 device_memory_gb)
-  precision = _precision(name)
-  recompute = bool(_bindings("bertexp.build_encoder").get("recompute", False))
+  name, replicas, device_bytes, runtime = device(
+      machine.strategy, tpu_type, tpu_cores, device_memory_gb)
+  precision = _precision(machine.numerics.precision, name)
+  recompute = machine.encoder.recompute
   mixed = not precision.startswith("float32")
   per_replica = max(1, train_batch_size // replicas)
   micro = max(1, per_replica // accumulation_steps)

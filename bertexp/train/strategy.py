@@ -7,9 +7,11 @@
     make_strategy(kind="auto")   # what the platform's environment says
 """
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+from typing import Optional
 
 import gin
 import tensorflow as tf
@@ -30,7 +32,41 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16", "auto")
 _MIRRORED = {}
 
 
-@gin.configurable(module="bertexp")
+@gin.configurable("make_strategy", module="bertexp")
+@dataclasses.dataclass(frozen=True)
+class StrategySettings:
+  """The strategy a run trains on, bound in .gin files by its historical
+  name (`bertexp.make_strategy.kind = "tpu"`); each field is
+  make_strategy's argument of that name."""
+  kind: str = "default"
+  tpu: Optional[str] = None
+  num_gpus: int = 0
+  cpu_replicas: int = 0
+  all_reduce: str = "nccl"
+  device: Optional[str] = None
+  collective_timeout_seconds: Optional[float] = None
+
+  def build(self):
+    """make_strategy with these settings."""
+    return make_strategy(**dataclasses.asdict(self))
+
+
+@gin.configurable("configure_numerics", module="bertexp")
+@dataclasses.dataclass(frozen=True)
+class NumericsSettings:
+  """Precision and XLA, bound by their historical name
+  (`bertexp.configure_numerics.precision = "mixed_bfloat16"`); each field
+  is configure_numerics' argument of that name."""
+  precision: str = "float32"
+  jit_compile: bool = False
+  xla_flags: Optional[str] = None
+
+  def apply(self, strategy):
+    """configure_numerics with these settings on `strategy`'s replicas."""
+    return configure_numerics(self.precision, self.jit_compile,
+                              strategy=strategy, xla_flags=self.xla_flags)
+
+
 def make_strategy(kind="default", *, tpu=None, num_gpus=0, cpu_replicas=0,
                   all_reduce="nccl", device=None,
                   collective_timeout_seconds=None):
@@ -216,7 +252,6 @@ def leaving_together(strategy):
     logging.info("every worker is done")
 
 
-@gin.configurable(module="bertexp")
 def configure_numerics(precision="float32", jit_compile=False, strategy=None,
                        xla_flags=None):
   """Sets the Keras mixed-precision policy; returns (precision, jit_compile).

@@ -17,10 +17,11 @@ input_word_ids / input_mask / input_type_ids [B, S], `training`,
 `dropout_seed`, `pooled_only` -> {"sequence_output": [B, S, H],
 "pooled_output": [B, H]}.
 """
+import contextlib
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 
@@ -148,17 +149,52 @@ def read_config(path):
   return config_from_dict(fileio.read_json(path), source=path)
 
 
-@gin.configurable(module="bertexp")
-def build_encoder(config, hub_module_url=None, hub_module_trainable=True,
-                  recompute=False):
-  """The encoder of `config`'s family, or the SavedModel at hub_module_url
-  (whose heads still take dropout and initializer_range from `config`).
-  `recompute` recomputes each Transformer block's activations in the
-  backward pass (a family's own encoder only) to save memory.
+@gin.configurable("build_encoder", module="bertexp")
+@dataclasses.dataclass(frozen=True)
+class EncoderSettings:
+  """How encoders are built, bound by their historical name
+  (`bertexp.build_encoder.recompute = True`).
 
+  Attributes:
+    hub_module_url: a SavedModel encoder folder instead of the family's own
+      encoder (its heads still take dropout and initializer_range from the
+      config).
+    hub_module_trainable: whether that SavedModel's weights train.
+    recompute: recompute each Transformer block's activations in the
+      backward pass (a family's own encoder only) to save memory.
+  """
+  hub_module_url: Optional[str] = None
+  hub_module_trainable: bool = True
+  recompute: bool = False
+
+
+_SETTINGS = [EncoderSettings()]
+
+
+@contextlib.contextmanager
+def settings_scope(settings: EncoderSettings):
+  """Within: `build_encoder` builds with `settings` (the experiment reads
+  them once from gin and builds its task's model inside)."""
+  _SETTINGS.append(settings)
+  try:
+    yield settings
+  finally:
+    _SETTINGS.pop()
+
+
+def build_encoder(config, settings: Optional[EncoderSettings] = None):
+  """The encoder of `config`'s family, or a SavedModel encoder.
+
+  Args:
+    config: the encoder's config.
+    settings: EncoderSettings; default those of the innermost
+      settings_scope (the experiment's), else the defaults.
   Raises:
     ValueError: recompute with a SavedModel encoder; an unknown family.
   """
+  settings = settings or _SETTINGS[-1]
+  hub_module_url, recompute = settings.hub_module_url, settings.recompute
+  hub_module_trainable = settings.hub_module_trainable
   if recompute and hub_module_url:
     raise ValueError("bertexp.build_encoder.recompute needs bertexp's encoder, "
                      "not HUB_MODULE_URL")
@@ -168,6 +204,7 @@ def build_encoder(config, hub_module_url=None, hub_module_trainable=True,
   return family_of(config).build(config, recompute)
 
 
-__all__ = ["EncoderFamily", "SavedModelEncoder", "build_encoder",
+__all__ = ["EncoderFamily", "EncoderSettings", "SavedModelEncoder",
+           "build_encoder", "settings_scope",
            "config_from_dict", "families", "family_for_hf_model_type",
            "family_named", "family_of", "read_config"]

@@ -292,7 +292,8 @@ def test_recompute_gives_the_gradients_of_the_familys_encoder(model_type):
             "input_type_ids": golden["token_type_ids"].astype(np.int32)}
   gradients, weights = [], None
   for recompute in (False, True):
-    encoder = family_seam.build_encoder(config, recompute=recompute)
+    encoder = family_seam.build_encoder(
+        config, family_seam.EncoderSettings(recompute=recompute))
     encoder.build_variables()
     if weights is None:
       weights = encoder.get_weights()

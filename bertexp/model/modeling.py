@@ -518,6 +518,31 @@ class BertEncoder(tf_keras.Model):
       x = self.embeddings_project(x)                                 # [B, S, H]
     return tf.cast(x, tf.float32), attention_bias
 
+  def layer_groups(self):
+    """The encoder's variables by role, in running order: [(name, depth,
+    variables)] with ("embeddings", -1) (and their projection), tables every
+    block shares (`shared_tables`, depth -1), ("layer_<ii>", i) per distinct
+    block (ALBERT's one shared block once), ("pooler", None). What
+    layer-wise learning rates and per-layer summaries read, instead of
+    matching variable names."""
+    groups = [("embeddings", -1, list(self.embeddings.weights) + (
+        list(self.embeddings_project.weights) if self.embeddings_project
+        else []))]
+    groups += [(name, -1, list(layer.weights))
+               for name, layer in self.shared_tables()]
+    distinct = []
+    for block in self.blocks:
+      if not any(block is seen for seen in distinct):
+        distinct.append(block)
+    groups += [(f"layer_{i:02d}", i, list(block.weights))
+               for i, block in enumerate(distinct)]
+    return groups + [("pooler", None, list(self.pooler.weights))]
+
+  def shared_tables(self):
+    """[(name, layer)] of tables every block reads (DeBERTa's relative
+    positions); they train with the embeddings. BERT: none."""
+    return []
+
   def make_embeddings(self, config):
     """(the embeddings layer, the projection of its output to H or None).
     Factorised embeddings (E < H, ELECTRA and ALBERT) are projected."""

@@ -136,10 +136,12 @@ def _build_optimizer(model, strategy, precision, schedule):
   with strategy.scope():
     optimizer = optimization.create_optimizer(schedule.total_steps,
                                               schedule.warmup_steps)
+    # Slots must exist before a restore, or their saved values are skipped.
+    optimization.build(optimizer, model.trainable_variables,
+                       encoders.variable_groups(model))
     if precision == "mixed_float16":
       optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    # Slots must exist before a restore, or their saved values are skipped.
-    optimizer.build(model.trainable_variables)
+      optimizer.build(model.trainable_variables)
   return optimizer
 
 

@@ -8,7 +8,6 @@ Weight decay skips LayerNorm and bias variables, and so does LAMB's layer-wise
 trust ratio (as Model Garden's LAMB). Gradient clipping is done once, in the
 trainer, on the global norm of the gradient summed over replicas.
 """
-import re
 
 import gin
 import tensorflow as tf
@@ -52,39 +51,30 @@ def is_excluded(variable):
   return any(name in variable.name for name in NO_DECAY)
 
 
-def layer_rates(variables, layer_decay):
+def layer_rates(variables, layer_decay, groups):
   """{variable name: learning-rate multiplier} of layer-wise decay (ELECTRA's
   and DeBERTa's fine-tuning recipe): with L Transformer blocks, block i
-  (a `layer_<i>/` in the name) trains at layer_decay^(L - i), the
-  embeddings, their projection and position tables every block shares
-  (DeBERTa's relative table) at layer_decay^(L + 1), everything else
-  (pooler, task heads) at 1. ALBERT's one shared block is block 0 of 1.
+  trains at layer_decay^(L - i), the embeddings, their projection and
+  tables every block shares (DeBERTa's relative table) at
+  layer_decay^(L + 1), everything else (pooler, task heads) at 1. ALBERT's
+  one shared block is block 0 of 1. Which variable is which comes from the
+  encoder (`groups`: bertexp.model.encoders.variable_groups(model)), not
+  from variable names.
 
   Raises:
-    ValueError: layer_decay outside (0, 1], or no `layer_<i>/` variable.
+    ValueError: layer_decay outside (0, 1], or no block among `variables`.
   """
   if not 0 < layer_decay <= 1:
     raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay!r}")
-  blocks = [int(m.group(1)) for v in variables
-            for m in [_BLOCK.search(v.name)] if m]
+  depths = {v.name: groups.get(v.ref(), ("head", None))[1] for v in variables}
+  blocks = [d for d in depths.values() if d is not None and d >= 0]
   if not blocks:
-    raise ValueError("layer_decay: the model has no Transformer blocks "
-                     "(no variable under layer_<i>/)")
-  depth = max(blocks) + 1
-  rates = {}
-  for variable in variables:
-    block = _BLOCK.search(variable.name)
-    if block:
-      rates[variable.name] = layer_decay ** (depth - int(block.group(1)))
-    elif _EMBEDDINGS.search(variable.name):
-      rates[variable.name] = layer_decay ** (depth + 1)
-    else:
-      rates[variable.name] = 1.0
-  return rates
-
-
-_BLOCK = re.compile(r"(?:^|/)layer_(\d+)/")
-_EMBEDDINGS = re.compile(r"/(?:relative_)?embeddings")
+    raise ValueError("layer_decay: the model has no Transformer blocks of a "
+                     "bertexp encoder (a SavedModel encoder has none)")
+  total = max(blocks) + 1
+  return {name: 1.0 if depth is None else layer_decay ** (
+      total + 1 if depth < 0 else total - depth)
+          for name, depth in depths.items()}
 
 
 class AdamW(tf_keras.optimizers.Adam):
@@ -111,10 +101,20 @@ class AdamW(tf_keras.optimizers.Adam):
     self._rates = {}
     self._shared_scalars = {}
 
-  def build(self, var_list):
+  def build(self, var_list, layer_groups=None):
+    """Keras' slots; with layer_decay, each variable's rate from
+    `layer_groups` (bertexp.model.encoders.variable_groups(model)).
+
+    Raises:
+      ValueError: layer_decay without layer_groups.
+    """
     super().build(var_list)
-    if self.layer_decay is not None:
-      self._rates = layer_rates(var_list, self.layer_decay)
+    if self.layer_decay is not None and not self._rates:
+      if layer_groups is None:
+        raise ValueError("layer_decay needs the model's layers: build the "
+                         "optimizer with optimization.build(optimizer, "
+                         "variables, encoders.variable_groups(model))")
+      self._rates = layer_rates(var_list, self.layer_decay, layer_groups)
 
   def apply_gradients(self, grads_and_vars, name=None,
                       skip_gradients_aggregation=False, **kwargs):
@@ -230,6 +230,16 @@ class Lamb(tf_keras.optimizers.Optimizer):
                    "epsilon": self.epsilon,
                    "weight_decay": self.lamb_weight_decay})
     return config
+
+
+def build(optimizer, variables, layer_groups):
+  """Creates the optimizer's slots for `variables` (before a restore, or
+  their saved values are skipped); an AdamW with layer_decay takes each
+  variable's depth from `layer_groups` (encoders.variable_groups(model))."""
+  if isinstance(optimizer, AdamW):
+    optimizer.build(variables, layer_groups=layer_groups)
+  else:
+    optimizer.build(variables)
 
 
 @gin.configurable(module="bertexp",

@@ -30,6 +30,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp.data import pipeline
+from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.train import evaluation
 from bertexp.train import layer_summaries
@@ -251,12 +252,11 @@ class Trainer(orbit.AbstractTrainer, evaluation.Evaluation):
     # Dynamic padding, except on TPUs: they need static shapes.
     tpu = isinstance(strategy, (tf.distribute.TPUStrategy,
                                 tf.distribute.experimental.TPUStrategy))
-    # And except for a task whose model inputs are not one left-aligned
-    # sequence per row (Task.dynamic_padding): the multiple padding uses.
+    # And except for a task whose rows are not one left-aligned sequence
+    # (Task.dynamic_padding): the multiple padding uses.
     self.pad_to_multiple_of = (None if tpu or not task.dynamic_padding
                                else settings.pad_to_multiple_of)
-    # Evaluation rows may be single texts where training rows are not
-    # (Task.eval_dynamic_padding).
+    # Evaluation rows may be single texts (Task.eval_dynamic_padding).
     self.eval_pad_to_multiple_of = (
         None if tpu or not task.eval_dynamic_padding
         else settings.pad_to_multiple_of)
@@ -390,8 +390,10 @@ class Trainer(orbit.AbstractTrainer, evaluation.Evaluation):
     norm = tf.linalg.global_norm(grads)
     if self.settings.summary_histograms_every:
       # The step this update completes; gradients unclipped and summed.
+      # Each encoder variable's layer as its encoder declares it (at trace).
       layer_summaries.write_every(self.settings.summary_histograms_every,
-                                  self.global_step + 1, grads, variables)
+                                  self.global_step + 1, grads, variables,
+                                  encoders.variable_groups(self.model))
     if self.settings.clip_norm:
       grads, _ = tf.clip_by_global_norm(grads, self.settings.clip_norm,
                                         use_norm=norm)

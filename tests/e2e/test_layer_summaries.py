@@ -7,8 +7,10 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from bertexp.model import encoders
 from bertexp.train import layer_summaries
 from bertexp.train import optimization
+from conftest import TINY_CONFIG
 from conftest import tiny_sst2_task
 from conftest import tiny_trainer
 
@@ -42,7 +44,8 @@ def _train(task, replicas, folder, steps=4):
     for step in range(1, steps + 1):
       weight_norms[step] = {
           layer: np.sqrt(sum(np.sum(variables[i].numpy() ** 2) for i in idx))
-          for layer, idx in layer_summaries.group_by_layer(variables).items()}
+          for layer, idx in layer_summaries.group_by_layer(
+              variables, encoders.variable_groups(trainer.model)).items()}
       gradient_norms[step] = float(trainer.train(tf.constant(1))["gradient_norm"])
   writer.flush()
   return gradient_norms, weight_norms
@@ -73,12 +76,30 @@ def test_layer_norms_and_histograms_every_n_steps(replicas, tmp_path,
   assert histogram.shape[1] == 3 and histogram[:, 2].sum() > 100
 
 
-def test_variables_are_grouped_by_layer():
-  assert layer_summaries.layer_of(
-      "classifier_model/bert_encoder/layer_11/query/kernel:0") == "layer_11"
-  assert layer_summaries.layer_of(
-      "bert_encoder/embeddings/word_embeddings:0") == "embeddings"
-  assert layer_summaries.layer_of(
-      "encoder/relative_embeddings/table:0") == "relative_embeddings"
-  assert layer_summaries.layer_of("bert_encoder/pooler/bias:0") == "pooler"
-  assert layer_summaries.layer_of("classifier_model/classifier/kernel:0") == "head"
+def test_variables_are_grouped_by_the_layers_their_encoder_declares():
+  """Groups come from the encoder's own layer_groups(), not from variable
+  names: a classifier on a 2-block DeBERTa gets its embeddings, its shared
+  relative table, both blocks, its pooler and the task's head; ALBERT's one
+  shared block is one layer."""
+  from bertexp.model import modeling
+  for family, layers in (("deberta-v2", ["embeddings", "relative_embeddings",
+                                         "layer_00", "layer_01", "pooler",
+                                         "head"]),
+                         ("albert", ["embeddings", "layer_00", "pooler",
+                                     "head"])):
+    extra = (dict(relative_attention=True, position_buckets=8,
+                  pos_att_type=["p2c", "c2p"], type_vocab_size=0,
+                  position_biased_input=False, norm_rel_ebd="layer_norm")
+             if family == "deberta-v2" else dict(embedding_size=8))
+    config = encoders.config_from_dict(dict(TINY_CONFIG, family=family,
+                                            **extra))
+    model = modeling.ClassifierModel(encoders.build_encoder(config), 2,
+                                     dropout_rate=0.0).build_variables()
+    variables = model.trainable_variables
+    groups = layer_summaries.group_by_layer(
+        variables, encoders.variable_groups(model))
+    assert list(groups) == layers, family
+    assert sorted(i for idx in groups.values() for i in idx) == list(
+        range(len(variables)))
+    assert [variables[i].name for i in groups["head"]] == [
+        n for n in (v.name for v in variables) if "/classifier/" in n]

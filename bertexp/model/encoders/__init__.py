@@ -204,7 +204,25 @@ def build_encoder(config, settings: Optional[EncoderSettings] = None):
   return family_of(config).build(config, recompute)
 
 
+def variable_groups(model):
+  """{variable.ref(): (group name, depth)} of every bertexp encoder inside
+  `model` (a tf.Module), from the encoders' own layer_groups(): each
+  variable belongs to the first group that holds it; depth is -1 for the
+  embeddings and what every block shares, i for block i, None for the
+  pooler. A variable outside every encoder (a task's head) is absent."""
+  groups = {}
+  # A family's encoder declares its layers through layer_groups() (see
+  # bertexp.model.modeling.BertEncoder.layer_groups).
+  encoders_in = [m for m in (model, *model.submodules)
+                 if callable(getattr(m, "layer_groups", None))]
+  for encoder in encoders_in:
+    for name, depth, variables in encoder.layer_groups():
+      for variable in variables:
+        groups.setdefault(variable.ref(), (name, depth))
+  return groups
+
+
 __all__ = ["EncoderFamily", "EncoderSettings", "SavedModelEncoder",
-           "build_encoder", "settings_scope",
+           "build_encoder", "settings_scope", "variable_groups",
            "config_from_dict", "families", "family_for_hf_model_type",
            "family_named", "family_of", "read_config"]

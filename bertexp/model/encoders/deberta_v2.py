@@ -347,6 +347,11 @@ class DebertaV2Encoder(modeling.BertEncoder):
   def make_embeddings(self, config):
     return DebertaEmbeddings(config, name="embeddings"), None
 
+  def shared_tables(self):
+    """The relative-position table (and its norm) every block reads."""
+    return ([("relative_embeddings", self.relative_embeddings)]
+            if self.relative_embeddings is not None else [])
+
   def make_blocks(self, config):
     self.relative_embeddings = (RelativeEmbeddings(
         config, name="relative_embeddings") if config.relative_attention

@@ -5,6 +5,7 @@ import tensorflow as tf
 import tf_keras
 
 from bertexp import experiment
+from bertexp.model import encoders
 from bertexp.train import optimization
 from conftest import TINY_CONFIG
 
@@ -207,7 +208,8 @@ def _one_adamw_step(model, features, labels, layer_decay, strategy):
   with strategy.scope():
     optimizer = optimization.create_optimizer(
         10, 0, learning_rate=1e-2, weight_decay=0.1, layer_decay=layer_decay)
-    optimizer.build(model.trainable_variables)
+    optimization.build(optimizer, model.trainable_variables,
+                       encoders.variable_groups(model))
   start = {v.name: v.numpy() for v in model.trainable_variables}
 
   @tf.function
@@ -290,4 +292,10 @@ def test_layer_decay_is_refused_with_lamb_and_outside_zero_one():
                                   layer_decay=0.8)
   variable = tf.Variable([1.0], name="layer_0/x")
   with pytest.raises(ValueError, match=r"layer_decay must be in \(0, 1\]"):
-    optimization.layer_rates([variable], 1.5)
+    optimization.layer_rates([variable], 1.5, {variable.ref(): ("l", 0)})
+  # Depths come from the encoder, never from a name that looks like one.
+  with pytest.raises(ValueError, match="no Transformer blocks"):
+    optimization.layer_rates([variable], 0.5, {})
+  with pytest.raises(ValueError, match="layer_decay needs the model's layers"):
+    optimization.create_optimizer(10, 0, learning_rate=1e-3,
+                                  layer_decay=0.8).build([variable])

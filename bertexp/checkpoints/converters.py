@@ -16,6 +16,7 @@ import tensorflow as tf
 from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import sentence_transformers
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.model import encoders
 from bertexp.util import fileio
 
@@ -177,28 +178,27 @@ def huggingface_tokenizer_files(input_dir, config):
     ValueError: no tokenizer file bertexp reads, or a SentencePiece
       vocabulary larger than the model's embedding table.
   """
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   vocab = fileio.join(input_dir, "vocab.txt")
   if tf.io.gfile.exists(vocab):
     return vocab, []
-  names = [family.model_file for family in sentencepiece.FAMILIES.values()]
-  found = [fileio.join(input_dir, n) for n in names
-           if tf.io.gfile.exists(fileio.join(input_dir, n))]
-  bpe = [fileio.join(input_dir, n) for n in tokenization.BYTE_BPE_FILES]
-  if not found and all(tf.io.gfile.exists(p) for p in bpe):
-    found = bpe
+  # The first family tokenizer whose every file the folder holds.
+  complete = [[fileio.join(input_dir, n) for n in spec.files]
+              for spec in tokenizers.specs().values()
+              if spec.kind != "wordpiece"]
+  found = next((paths for paths in complete
+                if all(tf.io.gfile.exists(p) for p in paths)), [])
   if not found:
+    names = sorted({" + ".join(p.rsplit("/", 1)[-1] for p in paths)
+                    for paths in complete})
     raise ValueError(f"{input_dir}: no tokenizer file bertexp reads "
-                     f"(vocab.txt, one of {names}, or "
-                     f"{' + '.join(tokenization.BYTE_BPE_FILES)})")
-  settings = tokenization.folder_settings(input_dir)
-  size = len(tokenization.load(**settings).vocab)
+                     f"(vocab.txt or one of {names})")
+  settings = tokenizers.folder_settings(input_dir)
+  size = len(tokenizers.load(**settings).vocab)
   if size > config.vocab_size:
     raise ValueError(f"{found[0]}: {size} tokens, but config.json's "
                      f"vocab_size is {config.vocab_size}")
   extra = fileio.join(input_dir, "tokenizer_config.json")
-  return None, found[:len(bpe) if found == bpe else 1] + (
-      [extra] if tf.io.gfile.exists(extra) else [])
+  return None, found + ([extra] if tf.io.gfile.exists(extra) else [])
 
 
 def _convert(tensors, config, vocab_file, output_dir, tolerance, source,

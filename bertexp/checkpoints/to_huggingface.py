@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from bertexp.checkpoints import run_dir
 from bertexp.checkpoints import run_files
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.model import encoders
 from bertexp.util import fileio
 from bertexp.util import gin_text
@@ -231,7 +231,6 @@ def _tokenizer_files(do_lower_case):
 def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
   """(bert_config.json, the tokenizer's file: WordPiece vocab.txt or a
   SentencePiece model, meta data or None) for the export."""
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   beside = checkpoint.rsplit("/", 1)[0]
   bert_config_file = (bert_config_file or
                       (run_folder and _macro(run_folder, "BERT_CONFIG_FILE")) or
@@ -242,9 +241,8 @@ def _sources(run_folder, checkpoint, bert_config_file, vocab_file):
   meta_path = run_folder and _macro(run_folder, "INPUT_META_DATA_PATH")
   meta = (fileio.read_json(meta_path)
           if meta_path and tf.io.gfile.exists(meta_path) else None)
-  names = ["vocab.txt"] + [f.model_file
-                          for f in sentencepiece.FAMILIES.values()] + [
-                              tokenization.BYTE_BPE_FILES[0]]
+  names = list(dict.fromkeys(spec.files[0]
+                             for spec in tokenizers.specs().values()))
   candidates = [vocab_file, meta and meta.get("vocab_file")] + [
       fileio.join(folder, name) for folder in (
           bert_config_file.rsplit("/", 1)[0], beside) for name in names]
@@ -279,7 +277,6 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       config (layer count, shapes).
   """
   from safetensors.numpy import save as save_safetensors
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
   checkpoint, run_folder = _checkpoint_prefix(input_path)
   bert_config_file, vocab, meta = _sources(run_folder, checkpoint,
                                            bert_config_file, vocab_file)
@@ -297,8 +294,8 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       head_mapping, head)
   num_labels = (head[f"{head_mapping.hf_module}.bias"].shape[0]
                 if head_mapping else None)
-  spm_family = sentencepiece.family_of_file(vocab)
-  model_type = (spm_family if spm_family in family.hf_model_types
+  file_family = tokenizers.model_type_of_file(vocab)
+  model_type = (file_family if file_family in family.hf_model_types
                 else family.hf_model_types[0])
   values = hf_config(config, model_type, head_mapping, num_labels,
                      meta and meta.get("label_names"))
@@ -310,7 +307,7 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
       f.write(save_safetensors({k: np.ascontiguousarray(v)
                                 for k, v in tensors.items()},
                                metadata={"format": "pt"}))
-    _write_tokenizer(tmp, vocab, spm_family, lower)
+    _write_tokenizer(tmp, vocab, file_family, lower)
     for extra in _of_run_tasks(run_folder, extra_files):
       for name, text in extra.files(reader, config).items():
         fileio.makedirs(fileio.join(tmp, *name.split("/")[:-1]))
@@ -324,32 +321,25 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
   return architecture, tensors
 
 
-def _write_tokenizer(folder, vocab, spm_family, do_lower_case):
+def _write_tokenizer(folder, vocab, file_family, do_lower_case):
   """WordPiece: vocab.txt, tokenizer_config.json, special_tokens_map.json.
-  SentencePiece: the model file, and tokenizer_config.json (the one beside
-  it, else the family's tokenizer class and casing). Byte-level BPE:
-  vocab.json, merges.txt and tokenizer_config.json."""
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
-  beside = fileio.join(vocab.rsplit("/", 1)[0], "tokenizer_config.json")
-  if vocab.endswith(tokenization.BYTE_BPE_FILES[0]):
-    for name in tokenization.BYTE_BPE_FILES:
-      tf.io.gfile.copy(fileio.join(vocab.rsplit("/", 1)[0], name),
-                       fileio.join(folder, name), overwrite=True)
-    settings = (fileio.read_json(beside) if tf.io.gfile.exists(beside)
-                else {"tokenizer_class": "RobertaTokenizer"})
-    fileio.write_text(fileio.join(folder, "tokenizer_config.json"),
-                      json.dumps(settings, indent=2) + "\n")
-    return
-  if spm_family is None:
+  Another family's tokenizer (its spec, by the model_type `file_family` of
+  the file): its files, and tokenizer_config.json (the one beside it, else
+  the family's tokenizer class and casing)."""
+  if file_family is None:
     tf.io.gfile.copy(vocab, fileio.join(folder, "vocab.txt"), overwrite=True)
     for name, content in _tokenizer_files(do_lower_case).items():
       fileio.write_text(fileio.join(folder, name),
                         json.dumps(content, indent=2) + "\n")
     return
-  spec = sentencepiece.FAMILIES[spm_family]
-  tf.io.gfile.copy(vocab, fileio.join(folder, spec.model_file), overwrite=True)
+  spec = tokenizers.spec_for(file_family)
+  for name in spec.files:
+    tf.io.gfile.copy(fileio.join(vocab.rsplit("/", 1)[0], name),
+                     fileio.join(folder, name), overwrite=True)
+  beside = fileio.join(vocab.rsplit("/", 1)[0], "tokenizer_config.json")
   settings = (fileio.read_json(beside) if tf.io.gfile.exists(beside) else
-              {"do_lower_case": do_lower_case})
+              {"do_lower_case": do_lower_case} if spec.kind == "sentencepiece"
+              else {})
   settings.setdefault("tokenizer_class", spec.hf_tokenizer_class)
   fileio.write_text(fileio.join(folder, "tokenizer_config.json"),
                     json.dumps(settings, indent=2) + "\n")

@@ -32,8 +32,9 @@ WORD_START = "\u2581"
 
 
 @dataclasses.dataclass(frozen=True)
-class Family:
-  """How a family lays out SentencePiece ids.
+class Layout:
+  """How a family lays out SentencePiece ids (each encoder family declares
+  its own, see bertexp.model.encoders).
 
   Attributes:
     model_file: the SentencePiece file name in a Hugging Face folder.
@@ -59,29 +60,6 @@ class Family:
   hf_tokenizer_class: str
 
 
-FAMILIES = {
-    "xlm-roberta": Family("sentencepiece.bpe.model", id_offset=1, unk_id=3,
-                          cls="<s>", sep="</s>", pad="<pad>", mask="<mask>",
-                          pair_separators=2, segment_ids=False,
-                          albert_text=False,
-                          hf_tokenizer_class="XLMRobertaTokenizer"),
-    "albert": Family("spiece.model", id_offset=0, unk_id=1, cls="[CLS]",
-                     sep="[SEP]", pad="<pad>", mask="[MASK]",
-                     pair_separators=1, segment_ids=True, albert_text=True,
-                     hf_tokenizer_class="AlbertTokenizer"),
-    "deberta-v2": Family("spm.model", id_offset=0, unk_id=3, cls="[CLS]",
-                         sep="[SEP]", pad="[PAD]", mask="[MASK]",
-                         pair_separators=1, segment_ids=True,
-                         albert_text=False,
-                         hf_tokenizer_class="DebertaV2Tokenizer"),
-}
-def family_of_file(path):
-  """The FAMILIES key whose model file name `path` ends with, else None."""
-  name = path.rstrip("/").rsplit("/", 1)[-1]
-  return next((key for key, family in FAMILIES.items()
-               if family.model_file == name), None)
-
-
 # fairseq's first four ids, before the shifted SentencePiece ids.
 _FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 
@@ -95,24 +73,21 @@ class SentencePieceTokenizer(tokenizer_base.BatchTokenizer):
   `prepare` and `serve_text` pack its ids the family's way.
   """
 
-  def __init__(self, model_file, family, do_lower_case=True,
+  def __init__(self, model_file, family, layout, do_lower_case=True,
                keep_accents=False):
     """Args:
       model_file: the family's SentencePiece model (a serialized proto).
-      family: a FAMILIES key ("xlm-roberta" or "albert").
+      family: the Hugging Face model_type ("xlm-roberta", "albert"...).
+      layout: its Layout (the encoder family declares it).
       do_lower_case, keep_accents: ALBERT's text rules (its
         tokenizer_config.json); XLM-RoBERTa has neither, DeBERTa
         do_lower_case only.
     Raises:
-      ValueError: an unknown family, or a file that is no SentencePiece
-        model.
+      ValueError: a file that is no SentencePiece model.
     """
-    if family not in FAMILIES:
-      raise ValueError(f"no SentencePiece layout for model_type {family!r}; "
-                       f"expected one of {sorted(FAMILIES)}")
     self.vocab_file = model_file
     self.family = family
-    self.spec = FAMILIES[family]
+    self.spec = layout
     self.do_lower_case = do_lower_case
     self.keep_accents = keep_accents
     proto = fileio.read_bytes(model_file)

@@ -9,6 +9,9 @@ tokenizer of another family (bertexp.data.sentencepiece) brings its own
 special ids, separators between a pair's texts and token types, which
 `pack` and `pack_tf` follow.
 """
+import dataclasses
+from typing import Any, Dict, Optional, Tuple
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -273,55 +276,52 @@ def pack_ids_tf(tokenizer, a, b, max_seq_length):
   }
 
 
-def _folder_model_type(folder):
-  """config.json's model_type; for a converted folder (bert_config.json),
-  the family its tokenizer file belongs to."""
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
-  config_path = fileio.join(folder, "config.json")
-  if tf.io.gfile.exists(config_path):
-    return fileio.read_json(config_path).get("model_type")
-  if tf.io.gfile.exists(fileio.join(folder, "bert_config.json")):
-    for name, family in sentencepiece.FAMILIES.items():
-      if tf.io.gfile.exists(fileio.join(folder, family.model_file)):
-        return name
-    if tf.io.gfile.exists(fileio.join(folder, BYTE_BPE_FILES[0])):
-      return "roberta"
-    return "bert"
-  raise ValueError(f"--tokenizer={folder}: no config.json (its model_type "
-                   "names the tokenizer) or bert_config.json")
-
-
-# model_type (config.json) -> the tokenizer its Hugging Face folders carry.
-WORDPIECE_TYPES = ("bert", "electra", "mobilebert", "distilbert")
-BYTE_BPE_TYPES = ("roberta",)
-BYTE_BPE_FILES = ("vocab.json", "merges.txt")
 # tokenizer_config.json options bertexp's tokenizers do not implement.
-_REFUSED_OPTIONS = ("split_by_punct",)
+REFUSED_OPTIONS = ("split_by_punct",)
 
 
-def load(vocab_file, do_lower_case=True, family=None, keep_accents=False):
-  """The tokenizer `bertexp prepare` used, from what its meta data records.
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+  """What an encoder family's tokenizer is; each family declares one per
+  Hugging Face model_type it reads (bertexp.model.encoders), and the data
+  side is handed it instead of keeping tables of families.
 
-  Args:
-    vocab_file: WordPiece vocab.txt, or a SentencePiece model file.
-    do_lower_case: as prepared.
-    family: None or a WordPiece model_type for WordPiece; a
-      sentencepiece.FAMILIES key ("xlm-roberta", "albert", "deberta-v2")
-      for that SentencePiece layout; "roberta" for byte-level BPE
-      (vocab_file: its vocab.json, merges.txt beside it).
-    keep_accents: ALBERT's tokenizer option.
-  Returns:
-    A tokenizer with tokenize / tokenize_tf and the family's pair layout.
+  Attributes:
+    kind: "wordpiece", "byte_bpe" or "sentencepiece".
+    files: the files of a Hugging Face folder it reads; files[0] is the one
+      recorded as vocab_file (byte-level BPE's merges sit beside it).
+    defaults: do_lower_case (and ALBERT's keep_accents) when the folder's
+      tokenizer_config.json says nothing.
+    layout: a SentencePiece family's ids, special tokens and pair template
+      (bertexp.data.sentencepiece.Layout); None for the others.
+    hf_tokenizer_class: transformers' tokenizer class (tokenizer_config.json
+      of a folder bertexp writes).
   """
-  if family is None or family in WORDPIECE_TYPES:
-    return Tokenizer(vocab_file, do_lower_case)
-  if family in BYTE_BPE_TYPES:
-    from bertexp.data import byte_bpe  # pylint: disable=g-import-not-at-top
-    return byte_bpe.ByteBpeTokenizer(vocab_file)
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
-  return sentencepiece.SentencePieceTokenizer(
-      vocab_file, family, do_lower_case=do_lower_case,
-      keep_accents=keep_accents)
+  kind: str
+  files: Tuple[str, ...]
+  defaults: Dict[str, bool]
+  layout: Any = None
+  hf_tokenizer_class: Optional[str] = None
+
+  def load(self, vocab_file, family=None, do_lower_case=True,
+           keep_accents=False):
+    """The tokenizer of `vocab_file` (the family's model_type `family`)."""
+    if self.kind == "wordpiece":
+      return Tokenizer(vocab_file, do_lower_case)
+    if self.kind == "byte_bpe":
+      from bertexp.data import byte_bpe  # pylint: disable=g-import-not-at-top
+      return byte_bpe.ByteBpeTokenizer(vocab_file)
+    from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+    return sentencepiece.SentencePieceTokenizer(
+        vocab_file, family, self.layout, do_lower_case=do_lower_case,
+        keep_accents=keep_accents)
+
+
+WORDPIECE = TokenizerSpec("wordpiece", ("vocab.txt",), {"do_lower_case": True},
+                          hf_tokenizer_class="BertTokenizer")
+BYTE_BPE = TokenizerSpec("byte_bpe", ("vocab.json", "merges.txt"),
+                         {"do_lower_case": False},
+                         hf_tokenizer_class="RobertaTokenizer")
 
 
 def meta_fields(tokenizer_family, keep_accents):
@@ -330,57 +330,3 @@ def meta_fields(tokenizer_family, keep_accents):
   if not tokenizer_family:
     return {}
   return {"tokenizer_family": tokenizer_family, "keep_accents": keep_accents}
-
-
-def from_meta(meta, vocab_file):
-  """The tokenizer a prepare command recorded in `meta` (with `vocab_file`,
-  its file as found now)."""
-  return load(vocab_file, meta.get("do_lower_case", True),
-              meta.get("tokenizer_family"), meta.get("keep_accents", False))
-
-
-def folder_settings(folder):
-  """What `--tokenizer=FOLDER` (a Hugging Face or converted folder) means:
-  {"vocab_file", "do_lower_case", "family", "keep_accents"} for `load`.
-
-  The family is config.json's model_type (in a folder convert-checkpoint
-  wrote: the tokenizer file it holds); do_lower_case (and ALBERT's
-  keep_accents) come from tokenizer_config.json when it has them.
-
-  Raises:
-    ValueError: no config.json model_type, a family whose tokenizer bertexp
-      does not read yet, or its tokenizer file missing (each names it).
-  """
-  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
-  family = _folder_model_type(folder)
-  if family in WORDPIECE_TYPES:
-    file_name, defaults = "vocab.txt", {"do_lower_case": True}
-  elif family in BYTE_BPE_TYPES:
-    file_name, defaults = BYTE_BPE_FILES[0], {"do_lower_case": False}
-    if not tf.io.gfile.exists(fileio.join(folder, BYTE_BPE_FILES[1])):
-      raise ValueError(f"--tokenizer={folder}: no {BYTE_BPE_FILES[1]} (the "
-                       f"{family} tokenizer's merges)")
-  elif family in sentencepiece.FAMILIES:
-    file_name = sentencepiece.FAMILIES[family].model_file
-    defaults = ({"do_lower_case": True, "keep_accents": False}
-                if sentencepiece.FAMILIES[family].albert_text else
-                {"do_lower_case": False})
-  else:
-    raise ValueError(
-        f"--tokenizer={folder}: unknown model_type {family!r} in config.json; "
-        f"expected one of {sorted(WORDPIECE_TYPES + BYTE_BPE_TYPES + tuple(sentencepiece.FAMILIES))}")
-  vocab_file = fileio.join(folder, file_name)
-  if not tf.io.gfile.exists(vocab_file):
-    raise ValueError(f"--tokenizer={folder}: no {file_name} (the {family} "
-                     "tokenizer's file)")
-  config_file = fileio.join(folder, "tokenizer_config.json")
-  saved = (fileio.read_json(config_file)
-           if tf.io.gfile.exists(config_file) else {})
-  refused = [option for option in _REFUSED_OPTIONS if saved.get(option)]
-  if refused:
-    raise ValueError(f"{config_file}: {refused[0]} is not supported by "
-                     "bertexp's tokenizers")
-  settings = {key: bool(saved.get(key, default))
-              for key, default in defaults.items()}
-  return dict({"keep_accents": False}, **settings, vocab_file=vocab_file,
-              family=None if family in WORDPIECE_TYPES else family)

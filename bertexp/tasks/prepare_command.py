@@ -67,8 +67,8 @@ def tokenizer_options(args) -> Dict[str, Any]:
   options = dict(vocab_file=args.vocab_file,
                  do_lower_case=not args.no_lower_case)
   if getattr(args, "tokenizer", None):
-    from bertexp.data import tokenization
-    settings = tokenization.folder_settings(args.tokenizer)
+    from bertexp.model.encoders import tokenizers
+    settings = tokenizers.folder_settings(args.tokenizer)
     options.update(vocab_file=settings["vocab_file"],
                    do_lower_case=settings["do_lower_case"] and not
                    args.no_lower_case)

@@ -7,6 +7,7 @@ Shape legend: B batch, S max_seq_length.
 import tensorflow as tf
 
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.tasks import base
 from bertexp.util import serving_weights
 
@@ -42,7 +43,7 @@ class TextPacker(tf.Module):
                          num_text_features=num_text_features,
                          tokenizer_family=tokenizer_family,
                          keep_accents=keep_accents)
-    self._tokenizer = tokenization.load(vocab_file, do_lower_case,
+    self._tokenizer = tokenizers.load(vocab_file, do_lower_case,
                                         tokenizer_family, keep_accents)
     self.tokenizer = self._tokenizer.module           # tracked: saved with us
     self._max_seq_length = max_seq_length

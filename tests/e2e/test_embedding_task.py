@@ -20,6 +20,7 @@ from bertexp import cli
 from bertexp.checkpoints import converters
 from bertexp.checkpoints import run_dir
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.tasks.embedding import task as embedding_task
 import matrix_fixtures as mf
 from conftest import (DEMO_GIN, MINILM_HF, REPO, gin_params, requires_minilm,
@@ -118,7 +119,7 @@ def _converted_model(folder, texts, length, tmp_path):
       init_checkpoint=f"{folder}/bert_model.ckpt")
   model = task.build_model()
   run_dir.restore_encoder(model.encoder, f"{folder}/bert_model.ckpt")
-  tokenizer = tokenization.load(os.path.join(folder, "vocab.txt"))
+  tokenizer = tokenizers.load(os.path.join(folder, "vocab.txt"))
   ids, _ = tokenization.pack(tokenizer, tokenizer.tokenize(list(texts)), None,
                              length)
   return task, model, ids

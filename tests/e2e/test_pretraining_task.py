@@ -15,7 +15,7 @@ from bertexp import cli
 from bertexp.tasks.pretraining import task as pretraining_task
 from conftest import NEGATIVE, POSITIVE, REPO
 from conftest import prepare_tiny_sst2_run
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 import family_fixtures
 import matrix_fixtures as mf
 from test_train import _train
@@ -154,13 +154,13 @@ def test_a_family_pretrains_on_its_tokenizers_data_into_a_folder_that_tokenizes_
   encoder_folder = str(model_dir / "encoder")
   # The casing the data was made with (cased, where ALBERT's default is
   # lower case), not the source folder's.
-  settings = tokenization.folder_settings(encoder_folder)
-  source = dict(tokenization.folder_settings(start), do_lower_case=False)
+  settings = tokenizers.folder_settings(encoder_folder)
+  source = dict(tokenizers.folder_settings(start), do_lower_case=False)
   assert settings["family"] == source["family"] == family
   assert {k: v for k, v in settings.items() if k != "vocab_file"} == {
       k: v for k, v in source.items() if k != "vocab_file"}
-  ids = tokenization.load(**settings).tokenize(texts)
-  want = tokenization.load(**source).tokenize(texts)
+  ids = tokenizers.load(**settings).tokenize(texts)
+  want = tokenizers.load(**source).tokenize(texts)
   assert all(np.array_equal(a, b) for a, b in zip(ids, want))
   encoder = bertexp.load_encoder(encoder_folder)
   assert encoder.config.family == family

@@ -47,7 +47,10 @@ class EncoderFamily:
     hf_assignments: hf_assignments(encoder, tensors {HF name: array}) ->
       [(encoder variable, HF tensor name, transform or None)], every
       variable of the encoder once.
-    tokenizer: "wordpiece", "sentencepiece" or "byte_bpe".
+    tokenizers: {Hugging Face model_type: bertexp.data.tokenization.
+      TokenizerSpec}: the tokenizer of each model type it reads (its kind,
+      files, special tokens and pair template); the data side and the
+      command line ask the family for it (bertexp.model.encoders.tokenizers).
     hf_prefix: the module name HF task models put the encoder under
       ("bert" in BertForSequenceClassification's "bert.embeddings...").
     numpy_reference: numpy_reference(tensors, config, word_ids, mask,
@@ -70,7 +73,7 @@ class EncoderFamily:
   build: Callable[[Any, bool], Any]
   hf_model_types: Tuple[str, ...]
   hf_assignments: Callable[[Any, Dict[str, Any]], List[Tuple[Any, str, Any]]]
-  tokenizer: str
+  tokenizers: Dict[str, Any]
   hf_prefix: str
   numpy_reference: Callable[..., Dict[str, Any]]
   hf_optional_sources: Tuple[str, ...] = ()

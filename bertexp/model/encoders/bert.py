@@ -3,6 +3,7 @@ and config (modeling.BertConfig, bert_config.json), Hugging Face's
 `model_type` "bert", WordPiece tokenization."""
 import numpy as np
 
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model.encoders import reference
@@ -76,5 +77,8 @@ def build(config, recompute=False):
 FAMILY = encoders.EncoderFamily(
     name="bert", config_class=modeling.BertConfig, build=build,
     hf_model_types=("bert",), hf_assignments=hf_assignments,
-    tokenizer="wordpiece", hf_prefix="bert", numpy_reference=numpy_reference,
+    # DistilBERT folders carry BERT's tokenizer (their encoder is not read).
+    tokenizers={"bert": tokenization.WORDPIECE,
+                "distilbert": tokenization.WORDPIECE},
+    hf_prefix="bert", numpy_reference=numpy_reference,
     hf_classes=("Bert",))

@@ -9,6 +9,7 @@ WordPiece tokenization, as BERT.
 """
 import dataclasses
 
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model.encoders import bert
@@ -54,7 +55,7 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
 FAMILY = encoders.EncoderFamily(
     name="electra", config_class=ElectraConfig, build=build,
     hf_model_types=("electra",), hf_assignments=hf_assignments,
-    tokenizer="wordpiece", hf_prefix="electra",
+    tokenizers={"electra": tokenization.WORDPIECE}, hf_prefix="electra",
     numpy_reference=numpy_reference,
     hf_optional_sources=(HEAD_DENSE + ".weight", HEAD_DENSE + ".bias"),
     hf_classes=("Electra",),

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.model.encoders import reference
@@ -488,5 +489,5 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
 FAMILY = encoders.EncoderFamily(
     name="mobilebert", config_class=MobileBertConfig, build=build,
     hf_model_types=("mobilebert",), hf_assignments=hf_assignments,
-    tokenizer="wordpiece", hf_prefix="mobilebert",
+    tokenizers={"mobilebert": tokenization.WORDPIECE}, hf_prefix="mobilebert",
     numpy_reference=numpy_reference, hf_classes=("MobileBert",))

@@ -19,6 +19,7 @@ from bertexp.data.meta import UNLABELLED
 from bertexp.data import readers
 from bertexp.data import records
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.data import windows
 from bertexp.util import fileio
 
@@ -205,7 +206,7 @@ def prepare(task_name, splits, *, vocab_file, output_dir, max_seq_length,
   if doc_stride and splits[0][1].text_b is not None:
     raise ValueError(f"{splits[0][1].path}: --doc_stride windows single "
                      "texts; these rows are pairs (two text columns)")
-  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+  tokenizer = tokenizers.load(vocab_file, do_lower_case, tokenizer_family,
                                 keep_accents)
   labels = {name: encode_labels(rows, label_names, regression)
             for name, rows, _ in splits}   # all label errors before any writing

@@ -121,6 +121,7 @@ def prepare_pairs(*, task_name, output_dir, vocab_file, max_seq_length,
   import numpy as np
   from bertexp.data import records
   from bertexp.data import tokenization
+  from bertexp.model.encoders import tokenizers
   from bertexp.data import windows
   from bertexp.util import fileio
   query_length = max_query_length or max_seq_length
@@ -133,7 +134,7 @@ def prepare_pairs(*, task_name, output_dir, vocab_file, max_seq_length,
                  queries_file=queries_file, corpus_file=corpus_file,
                  qrels_file=qrels_file, score_column=score_column,
                  text_columns=text_columns, columns=columns)
-  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+  tokenizer = tokenizers.load(vocab_file, do_lower_case, tokenizer_family,
                                 keep_accents)
   meta = {"task": task_name, "max_seq_length": max_seq_length,
           "max_query_length": query_length,

@@ -142,10 +142,11 @@ def prepare_multiple_choice(*, task_name, files, vocab_file, output_dir,
   import numpy as np
   from bertexp.data import records
   from bertexp.data import tokenization
+  from bertexp.model.encoders import tokenizers
   from bertexp.data import windows
   from bertexp.util import fileio
   windows.check_lengths(max_seq_length, max_position_embeddings, None)
-  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+  tokenizer = tokenizers.load(vocab_file, do_lower_case, tokenizer_family,
                                 keep_accents)
   meta = {"task": task_name, "max_seq_length": max_seq_length,
           "label_type": "int", "vocab_file": os.path.abspath(vocab_file),

@@ -22,6 +22,7 @@ from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.model import encoders
 from bertexp.model import modeling
 from bertexp.tasks import base
@@ -268,7 +269,7 @@ class MultipleChoiceTask(base.RecordTask):
     if vocab is None:
       return None
     return ChoiceServing(model, serving_outputs,
-                         tokenizer=tokenization.from_meta(self.meta, vocab),
+                         tokenizer=tokenizers.from_meta(self.meta, vocab),
                          max_seq_length=self.seq_length,
                          num_choices=self.num_choices)
 

@@ -70,9 +70,9 @@ class Options:
     if self.chinese_word_segmenter not in (None, "jieba"):
       raise ValueError(f"chinese_word_segmenter {self.chinese_word_segmenter!r}"
                        " is not 'jieba'")
-    from bertexp.data import tokenization
-    if self.chinese_word_segmenter and self.tokenizer_family not in (
-        None, *tokenization.WORDPIECE_TYPES):
+    from bertexp.model.encoders import tokenizers
+    if self.chinese_word_segmenter and tokenizers.spec_for(
+        self.tokenizer_family).kind != "wordpiece":
       raise ValueError(
           f"--chinese_word_segmenter needs a WordPiece vocabulary; the "
           f"{self.tokenizer_family} tokenizer marks its own word starts")
@@ -172,8 +172,9 @@ class ChunkWorker:
 
   def __init__(self, options):
     from bertexp.data import tokenization
+    from bertexp.model.encoders import tokenizers
     self.options = options
-    self.tokenizer = tokenization.load(
+    self.tokenizer = tokenizers.load(
         options.vocab_file, options.do_lower_case, options.tokenizer_family,
         options.keep_accents)
     vocab = self.tokenizer.vocab

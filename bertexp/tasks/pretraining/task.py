@@ -27,7 +27,7 @@ from bertexp.checkpoints import converters
 from bertexp.checkpoints import run_files
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
@@ -314,10 +314,12 @@ class PretrainingTask(base.RecordTask):
     family = self.meta.get("tokenizer_family")
     if not family:
       return self.meta["vocab_file"], (), None
-    files = [self.meta["vocab_file"]]
-    if family in tokenization.BYTE_BPE_TYPES:
-      files.append(fileio.join(os.path.dirname(self.meta["vocab_file"]) or
-                               ".", tokenization.BYTE_BPE_FILES[1]))
+    folder = os.path.dirname(self.meta["vocab_file"]) or "."
+    # The family's tokenizer files: the recorded one, and any beside it
+    # (byte-level BPE's merges.txt).
+    files = [self.meta["vocab_file"]] + [
+        fileio.join(folder, name)
+        for name in tokenizers.spec_for(family).files[1:]]
     casing = {"do_lower_case": self.meta.get("do_lower_case", False)}
     if self.meta.get("keep_accents"):                  # ALBERT's option
       casing["keep_accents"] = True

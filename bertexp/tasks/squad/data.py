@@ -421,11 +421,12 @@ def prepare_squad(*, squad_file, vocab_file, output_dir, version_2_with_negative
   (tokenizer_family, keep_accents: a SentencePiece tokenizer's, see
   tokenization.load)."""
   from bertexp.data import tokenization
+  from bertexp.model.encoders import tokenizers
   version = "v2.0" if version_2_with_negative else "v1.1"
   split = "train" if is_training else "eval"
   examples, stats = read_examples(squad_file, is_training=is_training,
                                   version_2_with_negative=version_2_with_negative)
-  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+  tokenizer = tokenizers.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
   features = convert_examples(examples, tokenizer, max_seq_length=max_seq_length,
                               doc_stride=doc_stride,

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.util import serving_weights
 
 # run_squad's whitespace: what bertexp.tasks.squad.data.split_context splits on.
@@ -170,7 +171,7 @@ class SpanServing(tf.Module):
     super().__init__()
     serving_weights.attach_model(self, model)
     self.spec = dict(spec)
-    self._tokenizer = tokenization.load(
+    self._tokenizer = tokenizers.load(
         spec["vocab_file"], spec["do_lower_case"],
         spec.get("tokenizer_family"), spec.get("keep_accents", False))
     self.tokenizer = self._tokenizer.module           # tracked: saved with us

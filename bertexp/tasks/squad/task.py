@@ -16,7 +16,7 @@ from bertexp.checkpoints import run_files
 from bertexp.checkpoints import to_huggingface
 from bertexp.data import meta as meta_data
 from bertexp.data import pipeline
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.model import encoders
 from bertexp.model import memory_plan
 from bertexp.model import modeling
@@ -139,7 +139,7 @@ class QuestionAnsweringTask(base.RecordTask):
       examples, _ = squad_data.read_examples(
           self.predict_file, is_training=False,
           version_2_with_negative=self.version_2_with_negative)
-      tokenizer = tokenization.from_meta(self.meta, self.vocab_file)
+      tokenizer = tokenizers.from_meta(self.meta, self.vocab_file)
       features = squad_data.convert_examples(
           examples, tokenizer, max_seq_length=self.meta["max_seq_length"],
           doc_stride=self.meta["doc_stride"],

@@ -26,6 +26,7 @@ import numpy as np
 
 from bertexp.data import records
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.data import windows
 from bertexp.tasks.tagging import formats as tagging_formats
 from bertexp.tasks.tagging import schemes as tag_schemes
@@ -250,7 +251,7 @@ def prepare_tagging(*, task_name, files, file_format, vocab_file, output_dir,
                      "file has no sentences")
   label_names, types, tags = _training_tags(splits, labels, scheme,
                                             input_scheme)
-  tokenizer = tokenization.load(vocab_file, do_lower_case, tokenizer_family,
+  tokenizer = tokenizers.load(vocab_file, do_lower_case, tokenizer_family,
                                keep_accents)
   encoder = SentenceEncoder(tokenizer, label_names, scheme, max_seq_length,
                             doc_stride)

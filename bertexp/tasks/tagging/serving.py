@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.util import serving_weights
 
 _TEXT = tf.TensorSpec([None], tf.string)
@@ -63,7 +64,7 @@ class TaggingServing(tf.Module):
     """
     super().__init__()
     serving_weights.attach_model(self, model)
-    self._tokenizer = tokenization.load(vocab_file, do_lower_case,
+    self._tokenizer = tokenizers.load(vocab_file, do_lower_case,
                                         tokenizer_family, keep_accents)
     self.tokenizer = self._tokenizer.module           # tracked: saved with us
     self._max_seq_length = max_seq_length

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from bertexp.data import byte_bpe
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.tasks import text_serving
 from conftest import REPO
 
@@ -30,7 +31,7 @@ def golden():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-  return tokenization.load(**tokenization.folder_settings(FOLDER))
+  return tokenizers.load(**tokenizers.folder_settings(FOLDER))
 
 
 def test_prepare_ids_equal_the_fast_tokenizer_singles_and_pairs(

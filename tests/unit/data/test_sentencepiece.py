@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from conftest import REPO
 
 GOLDEN = os.path.join(REPO, "tests", "golden", "tokenizers")
@@ -24,7 +25,7 @@ def _golden(family):
   folder = os.path.join(GOLDEN, family)
   with open(os.path.join(folder, "ids.json"), encoding="utf-8") as f:
     golden = json.load(f)
-  tokenizer = tokenization.load(**tokenization.folder_settings(folder))
+  tokenizer = tokenizers.load(**tokenizers.folder_settings(folder))
   return tokenizer, golden
 
 
@@ -145,16 +146,16 @@ def test_tokenizer_folders_bertexp_cannot_read_are_one_line_errors(
       data = open(data, "rb").read()
     (tmp_path / name).write_bytes(data)
   with pytest.raises(ValueError, match=message) as error:
-    tokenization.load(**tokenization.folder_settings(str(tmp_path)))
+    tokenizers.load(**tokenizers.folder_settings(str(tmp_path)))
   assert "\n" not in str(error.value)
 
 
 def test_albert_casing_and_accents_follow_its_tokenizer_config(tmp_path):
   folder = os.path.join(GOLDEN, "albert")
-  settings = tokenization.folder_settings(folder)
+  settings = tokenizers.folder_settings(folder)
   assert settings["do_lower_case"] and not settings["keep_accents"]
-  lower = tokenization.load(**settings)
-  cased = tokenization.load(**dict(settings, do_lower_case=False,
+  lower = tokenizers.load(**settings)
+  cased = tokenizers.load(**dict(settings, do_lower_case=False,
                                    keep_accents=True))
   text = ["Café ``Déjà''"]
   assert lower.tokenize(text)[0].tolist() == lower.tokenize(
@@ -166,11 +167,11 @@ def test_deberta_lower_cases_only_when_its_tokenizer_config_says_so(tmp_path):
   """DeBERTa-v3's tokenizer keeps case by default; do_lower_case: true in
   tokenizer_config.json lower-cases before the model's own normaliser."""
   folder = os.path.join(GOLDEN, "deberta-v2")
-  cased = tokenization.load(**tokenization.folder_settings(folder))
+  cased = tokenizers.load(**tokenizers.folder_settings(folder))
   for name in ("config.json", "spm.model"):
     shutil.copy(os.path.join(folder, name), tmp_path / name)
   (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true}')
-  lower = tokenization.load(**tokenization.folder_settings(str(tmp_path)))
+  lower = tokenizers.load(**tokenizers.folder_settings(str(tmp_path)))
   text = ["UPPER Case Words"]
   assert lower.tokenize(text)[0].tolist() == cased.tokenize(
       ["upper case words"])[0].tolist()

@@ -60,7 +60,10 @@ def test_an_unsupported_hugging_face_model_type_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize("name", sorted(encoders.families()))
 def test_each_family_maps_every_encoder_variable_to_hugging_face_once(name):
   family = encoders.families()[name]
-  assert family.tokenizer in ("wordpiece", "sentencepiece", "byte_bpe")
+  # Every model type it converts has its tokenizer declared by the family.
+  assert set(family.hf_model_types) <= set(family.tokenizers)
+  assert {spec.kind for spec in family.tokenizers.values()} <= {
+      "wordpiece", "sentencepiece", "byte_bpe"}
   assert family.hf_model_types
   config = family.config_class.from_dict(dict(TINY_CONFIG, family=name))
   encoder = family.build(config, False).build_variables()
@@ -104,3 +107,24 @@ def test_the_direct_use_check_catches_one():
   source = "from bertexp.model import modeling\nx = modeling.BertEncoder(c)\n"
   assert direct_uses("bertexp.tasks.x", source) == [
       ("bertexp.tasks.x", 2, "BertEncoder")]
+
+
+def test_the_data_side_keeps_no_table_of_families():
+  """Tokenizers are the families' (EncoderFamily.tokenizers): the data
+  layer names no Hugging Face model_type, and what loads a tokenizer asks
+  the families by model_type."""
+  from bertexp.model.encoders import tokenizers
+  data = [path for module, path in _modules().items()
+          if module.startswith("bertexp.data.")]
+  types = sorted(tokenizers.specs())
+  assert {"bert", "roberta", "xlm-roberta", "albert", "deberta-v2"} <= set(
+      types)
+  for path in data:
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    named = {node.value for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and node.value in types}
+    assert not named, (path, named)
+  assert tokenizers.spec_for("xlm-roberta").layout.pair_separators == 2
+  assert tokenizers.model_type_of_file("hf/spm.model") == "deberta-v2"
+  with pytest.raises(ValueError, match="unknown model_type 'funnel'"):
+    tokenizers.spec_for("funnel")

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from bertexp import cli
 from bertexp.data import vocab as vocab_lib
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.tasks.pretraining import data as pretraining
 import family_fixtures
 
@@ -246,7 +246,7 @@ def test_a_family_tokenizers_records_hold_its_fast_tokenizers_ids(
                    "--dupe_factor=40", "--do_whole_word_mask",
                    "--num_workers=1"]) == 0
   meta = json.loads(open(pretraining.meta_path(str(out))).read())
-  tokenizer = tokenization.from_meta(meta, meta["vocab_file"])
+  tokenizer = tokenizers.from_meta(meta, meta["vocab_file"])
   assert meta["tokenizer_family"] == family
   assert meta["vocab_size"] == len(tokenizer.vocab)
   mask = tokenizer.token_to_id[tokenizer.mask_token]
@@ -287,7 +287,7 @@ def test_a_jieba_segmenter_with_a_sentencepiece_tokenizer_is_refused(
     tmp_path):
   corpus = tmp_path / "zh.txt"
   corpus.write_text("我们今天去北京大学参观\n", encoding="utf-8")
-  settings = tokenization.folder_settings(
+  settings = tokenizers.folder_settings(
       family_fixtures.tokenizer_folder("albert"))
   options = pretraining.Options(vocab_file=settings["vocab_file"],
                                 tokenizer_family="albert",

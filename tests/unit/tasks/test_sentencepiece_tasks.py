@@ -12,7 +12,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from bertexp.data import tokenization
+from bertexp.model.encoders import tokenizers
 from bertexp.tasks.squad import answers as squad_answers
 from bertexp.tasks.squad import data as squad_data
 from bertexp.tasks.squad import serving as squad_serving
@@ -36,7 +36,7 @@ def _golden(family):
   folder = os.path.join(GOLDEN, family)
   with open(os.path.join(folder, "ids.json"), encoding="utf-8") as f:
     golden = json.load(f)
-  return tokenization.load(**tokenization.folder_settings(folder)), golden
+  return tokenizers.load(**tokenizers.folder_settings(folder)), golden
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)

@@ -205,6 +205,21 @@ def test_multiple_choice_learns_which_ending_is_right_and_predicts(
     assert int(choice) == int(np.argmax([float(p) for p in probabilities]))
 
 
+def test_export_tflite_chooses_as_the_trained_model(mc_run, tmp_path):
+  """Multiple choice declares a TFLite graph: export-tflite writes float and
+  int8 models of its N-sequence rows whose choices agree with Keras."""
+  import shutil
+  paths, model_dir = mc_run
+  run = str(tmp_path / "run")
+  shutil.copytree(model_dir, run)
+  assert cli.main(_args(paths, run, "export_tflite")) == 0
+  report = json.load(open(os.path.join(run, "tflite", "tflite_report.json")))
+  assert report["float"]["examples"] == 24
+  assert report["float"]["argmax_agreement"] == 1.0
+  assert report["float"]["max_probability_diff"] < 1e-5
+  assert report["int8"]["argmax_agreement"] >= 0.75
+
+
 def test_predictor_misuse_is_one_line_naming_what_to_do(mc_run):
   """Another number of choices than trained with, contexts with unequal
   choices, and predict() on a multiple-choice model are one-line errors

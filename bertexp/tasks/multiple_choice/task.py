@@ -120,6 +120,12 @@ def serving_outputs(outputs):
           "choice": tf.argmax(outputs, -1, output_type=tf.int32)}     # [B]
 
 
+def tflite_outputs(outputs):
+  """A TFLite model's outputs of choice logits [B, N]: each choice's
+  probability (its rows hold the N choices end to end, as trained)."""
+  return {"probabilities": tf.nn.softmax(outputs, -1)}                # [B, N]
+
+
 def choose(predictor, context, choices):
   """`bertexp.Predictor(...).choose(context, choices)`: {"choice": index,
   "text": the chosen ending, "probabilities": [N]} (lists of contexts and
@@ -237,13 +243,17 @@ class MultipleChoiceTask(base.RecordTask):
 
   def capabilities(self):
     """Student, SavedModel export with `serve_text` and the Predictor's
-    `choose`, predictions; no memory plan (N sequences per example)."""
+    `choose`, TFLite, predictions; no memory plan (N sequences per
+    example)."""
     return capabilities.merged(
         super().capabilities(),
         capabilities.DistillationStudent(loss=self.distillation_loss),
         capabilities.SavedModelServing(outputs=serving_outputs,
                                        text=self.text_serving),
         capabilities.PredictorApi(methods={"choose": choose}),
+        capabilities.TfliteGraph(
+            outputs=tflite_outputs,
+            seq_length=self.num_choices * self.seq_length),
         capabilities.Predictions(splits=["test"] if self.paths["test"] else [],
                                  write=self.write_predictions))
 

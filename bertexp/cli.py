@@ -222,7 +222,8 @@ def _training_commands(sub, add):
 
   for name, mode, text in (
       ("export-tflite", "export_tflite",
-       "classifier -> TFLite float + int8, with agreement"),
+       "classifier or multiple choice -> TFLite float + int8, with "
+       "agreement"),
       ("export-onnx", "export_onnx",
        "classification, regression or QA -> ONNX Runtime float32 + int8 "
        "(MODEL_DIR/onnx/), with agreement")):

@@ -317,6 +317,18 @@ class TokenizerSpec:
         keep_accents=keep_accents)
 
 
+def sentencepiece_spec(model_file, defaults, hf_tokenizer_class, **layout):
+  """A SentencePiece family's TokenizerSpec: its model file, casing
+  defaults, transformers' class and its Layout's fields (ids, special
+  tokens, pair template; see bertexp.data.sentencepiece.Layout)."""
+  from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
+  return TokenizerSpec("sentencepiece", (model_file,), defaults,
+                       layout=sentencepiece.Layout(
+                           model_file, hf_tokenizer_class=hf_tokenizer_class,
+                           **layout),
+                       hf_tokenizer_class=hf_tokenizer_class)
+
+
 WORDPIECE = TokenizerSpec("wordpiece", ("vocab.txt",), {"do_lower_case": True},
                           hf_tokenizer_class="BertTokenizer")
 BYTE_BPE = TokenizerSpec("byte_bpe", ("vocab.json", "merges.txt"),

@@ -2,8 +2,6 @@
 "bertexp.tasks"), installed with pip: its prepare verb is a `bertexp
 prepare` subcommand and its gin configurables are known to every .gin file,
 with no edit in bertexp and no `import` line in the gin file."""
-import subprocess
-import sys
 import textwrap
 
 import gin
@@ -13,23 +11,11 @@ from bertexp import cli
 from bertexp import gin_setup
 from bertexp.tasks import catalog
 from bertexp.tasks import prepare_command
+import task_packages
 
 FILES = {
-    "pyproject.toml": """
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "bertexp-echo-task"
-        version = "0.1.0"
-
-        [project.entry-points."bertexp.tasks"]
-        echo = "bertexp_echo.echo"
-
-        [tool.setuptools.packages.find]
-        include = ["bertexp_echo*"]
-        """,
+    "pyproject.toml": task_packages.pyproject(
+        "bertexp-echo-task", "echo", "bertexp_echo.echo", "bertexp_echo"),
     "bertexp_echo/__init__.py": "",
     "bertexp_echo/echo/__init__.py": "",
     "bertexp_echo/echo/prepare.py": '''
@@ -71,18 +57,10 @@ FILES = {
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
   """The package built and installed by pip into a folder of its own."""
-  root = tmp_path_factory.mktemp("echo_package")
-  for name, text in FILES.items():
-    path = root / "source" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text).lstrip())
-  site = root / "site"
-  done = subprocess.run(
-      [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-       "--no-build-isolation", "--target", str(site), str(root / "source")],
-      capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stdout + done.stderr
-  return site
+  root = str(tmp_path_factory.mktemp("echo_package"))
+  return task_packages.install(root, {
+      name: text if name == "pyproject.toml" else
+      textwrap.dedent(text).lstrip() for name, text in FILES.items()})
 
 
 def test_an_installed_packages_prepare_verb_is_a_bertexp_command(

@@ -9,9 +9,6 @@ the Predictor, `bertexp serve` over TF Serving's REST API, and
 `convert-checkpoint --to=huggingface` with its own files."""
 import json
 import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,45 +17,24 @@ import tensorflow as tf
 
 import bertexp
 from bertexp import cli
+import task_packages
 from conftest import (REPO, TESTS, TINY_CONFIG, TINY_VOCAB, start_server,
                       write_sst2_folder)
 
 GIN_FILE = os.path.join(TESTS, "plugins", "mean_pooled.gin")
-PYPROJECT = """[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "bertexp-mean-pooled"
-version = "0.1.0"
-
-[project.entry-points."bertexp.tasks"]
-mean_pooled = "bertexp_mean_pooled"
-
-[tool.setuptools]
-packages = ["bertexp_mean_pooled"]
-"""
 
 
 def _install(root):
   """The plugin as a distribution, installed by pip into root/site."""
-  source = os.path.join(root, "source")
-  package = os.path.join(source, "bertexp_mean_pooled")
-  os.makedirs(package)
-  open(os.path.join(source, "pyproject.toml"), "w").write(PYPROJECT)
-  open(os.path.join(package, "__init__.py"), "w").close()
   plugins = os.path.join(TESTS, "plugins")
-  shutil.copy(os.path.join(plugins, "mean_pooled.py"),
-              os.path.join(package, "task.py"))
-  shutil.copy(os.path.join(plugins, "mean_pooled_prepare.py"),
-              os.path.join(package, "prepare.py"))
-  site = os.path.join(root, "site")
-  done = subprocess.run(
-      [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-       "--no-build-isolation", "--target", site, source],
-      capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stdout + done.stderr
-  return site
+  read = lambda name: open(os.path.join(plugins, name)).read()
+  return task_packages.install(root, {
+      "pyproject.toml": task_packages.pyproject(
+          "bertexp-mean-pooled", "mean_pooled", "bertexp_mean_pooled",
+          "bertexp_mean_pooled"),
+      "bertexp_mean_pooled/__init__.py": "",
+      "bertexp_mean_pooled/task.py": read("mean_pooled.py"),
+      "bertexp_mean_pooled/prepare.py": read("mean_pooled_prepare.py")})
 
 
 def _gin_without_import(root):

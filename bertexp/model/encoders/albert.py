@@ -6,7 +6,6 @@ released ALBERT uses them) are refused. SentencePiece tokenization.
 """
 import dataclasses
 
-from bertexp.data import sentencepiece
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -81,13 +80,10 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
 FAMILY = encoders.EncoderFamily(
     name="albert", config_class=AlbertConfig, build=build,
     hf_model_types=("albert",), hf_assignments=hf_assignments,
-    tokenizers={"albert": tokenization.TokenizerSpec(
-        "sentencepiece", ("spiece.model",),
-        {"do_lower_case": True, "keep_accents": False},
-        layout=sentencepiece.Layout(
-            "spiece.model", id_offset=0, unk_id=1, cls="[CLS]", sep="[SEP]",
-            pad="<pad>", mask="[MASK]", pair_separators=1, segment_ids=True,
-            albert_text=True, hf_tokenizer_class="AlbertTokenizer"),
-        hf_tokenizer_class="AlbertTokenizer")},
+    tokenizers={"albert": tokenization.sentencepiece_spec(
+        "spiece.model", {"do_lower_case": True, "keep_accents": False},
+        "AlbertTokenizer", id_offset=0, unk_id=1, cls="[CLS]", sep="[SEP]",
+        pad="<pad>", mask="[MASK]", pair_separators=1, segment_ids=True,
+        albert_text=True)},
     hf_prefix="albert",
     numpy_reference=numpy_reference, hf_classes=("Albert",))

@@ -31,7 +31,6 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from bertexp.data import sentencepiece
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -529,13 +528,11 @@ def numpy_reference(tensors, config, word_ids, mask, type_ids):
 FAMILY = encoders.EncoderFamily(
     name="deberta-v2", config_class=DebertaV2Config, build=build,
     hf_model_types=("deberta-v2",), hf_assignments=hf_assignments,
-    tokenizers={"deberta-v2": tokenization.TokenizerSpec(
-        "sentencepiece", ("spm.model",), {"do_lower_case": False},
-        layout=sentencepiece.Layout(
-            "spm.model", id_offset=0, unk_id=3, cls="[CLS]", sep="[SEP]",
-            pad="[PAD]", mask="[MASK]", pair_separators=1, segment_ids=True,
-            albert_text=False, hf_tokenizer_class="DebertaV2Tokenizer"),
-        hf_tokenizer_class="DebertaV2Tokenizer")},
+    tokenizers={"deberta-v2": tokenization.sentencepiece_spec(
+        "spm.model", {"do_lower_case": False}, "DebertaV2Tokenizer",
+        id_offset=0, unk_id=3, cls="[CLS]", sep="[SEP]", pad="[PAD]",
+        mask="[MASK]", pair_separators=1, segment_ids=True,
+        albert_text=False)},
     hf_prefix="deberta",
     numpy_reference=numpy_reference,
     hf_optional_sources=(POOLER + ".weight", POOLER + ".bias"),

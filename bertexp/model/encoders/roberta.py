@@ -9,7 +9,6 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from bertexp.data import sentencepiece
 from bertexp.data import tokenization
 from bertexp.model import encoders
 from bertexp.model import modeling
@@ -113,15 +112,11 @@ FAMILY = encoders.EncoderFamily(
     hf_model_types=("roberta", "xlm-roberta"),
     hf_assignments=hf_assignments, tokenizers={
         "roberta": tokenization.BYTE_BPE,
-        "xlm-roberta": tokenization.TokenizerSpec(
-            "sentencepiece", ("sentencepiece.bpe.model",),
-            {"do_lower_case": False},
-            layout=sentencepiece.Layout(
-                "sentencepiece.bpe.model", id_offset=1, unk_id=3, cls="<s>",
-                sep="</s>", pad="<pad>", mask="<mask>", pair_separators=2,
-                segment_ids=False, albert_text=False,
-                hf_tokenizer_class="XLMRobertaTokenizer"),
-            hf_tokenizer_class="XLMRobertaTokenizer")},
+        "xlm-roberta": tokenization.sentencepiece_spec(
+            "sentencepiece.bpe.model", {"do_lower_case": False},
+            "XLMRobertaTokenizer", id_offset=1, unk_id=3, cls="<s>",
+            sep="</s>", pad="<pad>", mask="<mask>", pair_separators=2,
+            segment_ids=False, albert_text=False)},
     hf_optional_sources=("pooler.dense.weight", "pooler.dense.bias"),
     hf_prefix="roberta", numpy_reference=numpy_reference,
     hf_classes=("Roberta", "XLMRoberta"),

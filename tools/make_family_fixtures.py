@@ -11,6 +11,10 @@ bertexp dependencies):
     python3 -m venv /tmp/hfvenv
     /tmp/hfvenv/bin/pip install torch==2.13.0 transformers==5.25.0 safetensors
     /tmp/hfvenv/bin/python tools/make_family_fixtures.py tests/golden/families
+(ModernBERT's folders: `make .cache/bench_hf/.installed`, then
+    .cache/bench_hf/bin/python tools/make_family_fixtures.py \
+        tests/golden/families modernbert modernbert-biased
+with transformers 4.57.1, the last with TensorFlow-era ModernBertModel.)
 (model types after the folder: only those).
 """
 import json
@@ -91,10 +95,38 @@ FAMILIES = {
                                    normalization_type="layer_norm",
                                    classifier_activation=False),
                               (2, 3, 0), False),
+    # ModernBERT: 3 layers, global - local - global, a window of 8 (4 each
+    # way) on 28-token rows, the two rotary bases, mean pooling before the
+    # head; no biases (ModernBERT-base's choice).
+    "modernbert": (transformers.ModernBertConfig,
+                   transformers.ModernBertForSequenceClassification,
+                   dict(num_hidden_layers=3, local_attention=8,
+                        global_attn_every_n_layers=2, global_rope_theta=160000.0,
+                        local_rope_theta=10000.0, classifier_pooling="mean",
+                        num_labels=3), (2, 3, 0), False),
+    # Its other options: every bias, [CLS] pooling, one rotary base, a
+    # window of 6, two local layers between global ones.
+    "modernbert-biased": (transformers.ModernBertConfig,
+                          transformers.ModernBertForSequenceClassification,
+                          dict(num_hidden_layers=4, local_attention=6,
+                               global_attn_every_n_layers=3,
+                               global_rope_theta=10000.0, local_rope_theta=None,
+                               norm_bias=True, attention_bias=True,
+                               mlp_bias=True, classifier_bias=True,
+                               classifier_pooling="cls",
+                               classifier_activation="silu", num_labels=3),
+                          (2, 3, 0), False),
 }
+# ModernBERT's fields besides the family's own (its names, not BERT's).
+MODERN_SHAPE = dict(hidden_size=32, num_attention_heads=4,
+                    intermediate_size=48, max_position_embeddings=40,
+                    hidden_activation="gelu", pad_token_id=0,
+                    cls_token_id=2, sep_token_id=3, bos_token_id=2,
+                    eos_token_id=3, reference_compile=False)
 # Normalisation weights start at one and zero: moved, so that a scale or
 # shift put in the wrong place shows in the outputs.
-PERTURBED_NORMS = ("mobilebert", "mobilebert-layer-norm")
+PERTURBED_NORMS = ("mobilebert", "mobilebert-layer-norm", "modernbert",
+                   "modernbert-biased")
 
 
 def pair_batch(rng, cls, sep, pad, double_sep, seq=28):
@@ -148,12 +180,16 @@ def main(root, only=()):
     if only and model_type not in only:
       continue
     torch.manual_seed(0)
-    config = config_class(vocab_size=VOCAB, **dict(SHAPE, **extra))
+    modern = model_type.startswith("modernbert")
+    config = config_class(vocab_size=VOCAB, **dict(
+        MODERN_SHAPE if modern else SHAPE, **extra))
+    if modern:
+      config._attn_implementation = "eager"  # pylint: disable=protected-access
     model = model_class(config).eval()
     if model_type in PERTURBED_NORMS:
       with torch.no_grad():
         for name, parameter in model.named_parameters():
-          if "LayerNorm" in name:
+          if "LayerNorm" in name or "norm." in name:
             parameter.add_(0.2 * torch.randn_like(parameter))
     folder = os.path.join(root, model_type)
     os.makedirs(folder, exist_ok=True)
@@ -164,8 +200,17 @@ def main(root, only=()):
     inputs = dict(input_ids=torch.tensor(ids),
                   attention_mask=torch.tensor(mask),
                   token_type_ids=torch.tensor(types))
+    if modern:                       # no token types
+      inputs.pop("token_type_ids")
     with torch.no_grad():
-      if model_type == "electra":      # the discriminator and its head
+      if modern:                       # the encoder, its pooling and head
+        base = model.model(**inputs).last_hidden_state
+        real = inputs["attention_mask"][..., None].float()
+        pooled = (base[:, 0] if config.classifier_pooling == "cls" else
+                  (base * real).sum(1) / real.sum(1))
+        outputs = dict(last_hidden_state=base.numpy(),
+                       pooler_output=model.head(pooled).numpy())
+      elif model_type == "electra":    # the discriminator and its head
         base = model.electra(**inputs).last_hidden_state
         first = base[:, 0]
         pooled = torch.nn.functional.gelu(model.classifier.dense(first))

@@ -311,6 +311,9 @@ class TokenizerSpec:
     if self.kind == "byte_bpe":
       from bertexp.data import byte_bpe  # pylint: disable=g-import-not-at-top
       return byte_bpe.ByteBpeTokenizer(vocab_file)
+    if self.kind != "sentencepiece":
+      raise ValueError(f"{vocab_file}: bertexp does not read {family}'s "
+                       f"{self.kind} tokenizer yet")
     from bertexp.data import sentencepiece  # pylint: disable=g-import-not-at-top
     return sentencepiece.SentencePieceTokenizer(
         vocab_file, family, self.layout, do_lower_case=do_lower_case,

@@ -235,7 +235,9 @@ class Dense(tf_keras.layers.Dense):
     inputs = tf.cast(inputs, self.compute_dtype)
     shape = tf.shape(inputs)
     x = tf.reshape(inputs, [-1, shape[-1]])                           # [M, in]
-    y = tf.nn.bias_add(tf.matmul(x, self.kernel), self.bias)          # [M, out]
+    y = tf.matmul(x, self.kernel)                                     # [M, out]
+    if self.use_bias:
+      y = tf.nn.bias_add(y, self.bias)
     if self.activation is not None:
       y = self.activation(y)
     outer = inputs.shape[:-1].as_list()

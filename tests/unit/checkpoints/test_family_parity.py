@@ -27,7 +27,8 @@ TOLERANCE = 1e-4
 # family, or another set of the family's options.
 FAMILY_OF_FIXTURE = {"xlm-roberta": "roberta",
                      "deberta-v2-unshared": "deberta-v2",
-                     "mobilebert-layer-norm": "mobilebert"}
+                     "mobilebert-layer-norm": "mobilebert",
+                     "modernbert-biased": "modernbert"}
 
 
 def _convert(model_type, output):
@@ -47,8 +48,8 @@ def _outputs(encoder, golden):
 def test_every_family_has_a_fixture():
   assert set(MODEL_TYPES) == {"albert", "bert", "deberta-v2",
                               "deberta-v2-unshared", "electra", "mobilebert",
-                              "mobilebert-layer-norm", "roberta",
-                              "xlm-roberta"}
+                              "mobilebert-layer-norm", "modernbert",
+                              "modernbert-biased", "roberta", "xlm-roberta"}
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
@@ -310,3 +311,25 @@ def test_recompute_gives_the_gradients_of_the_familys_encoder(model_type):
     np.testing.assert_allclose(tf.convert_to_tensor(b).numpy(),
                                tf.convert_to_tensor(a).numpy(),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_modernbert_layers_alternate_and_windows_are_local(tmp_path):
+  """The fixture's layers are global, local, global; a sliding-window layer
+  changes the outputs (so the parity above covers it): the same weights
+  with every layer global give other sequence outputs, beyond the
+  tolerance."""
+  from bertexp.model.encoders import modernbert
+  encoder = _convert("modernbert", str(tmp_path / "out"))
+  config = encoder.config
+  assert [config.is_global(i) for i in range(3)] == [True, False, True]
+  assert config.rope_theta(1) == 10000.0 and config.rope_theta(2) == 160000.0
+  golden = np.load(os.path.join(GOLDEN, "modernbert", "outputs.npz"))
+  every_global = modernbert.ModernBertEncoder(
+      modernbert.ModernBertConfig(**dict(
+          vars(config), global_attn_every_n_layers=1)),
+      name="encoder").build_variables()
+  for ours, theirs in zip(every_global.weights, encoder.weights):
+    ours.assign(theirs)
+  moved = np.abs(_outputs(every_global, golden)["sequence_output"].numpy() -
+                 golden["last_hidden_state"]).max()
+  assert moved > 100 * TOLERANCE

@@ -63,7 +63,7 @@ def test_each_family_maps_every_encoder_variable_to_hugging_face_once(name):
   # Every model type it converts has its tokenizer declared by the family.
   assert set(family.hf_model_types) <= set(family.tokenizers)
   assert {spec.kind for spec in family.tokenizers.values()} <= {
-      "wordpiece", "sentencepiece", "byte_bpe"}
+      "wordpiece", "sentencepiece", "byte_bpe", "tokenizer_json"}
   assert family.hf_model_types
   config = family.config_class.from_dict(dict(TINY_CONFIG, family=name))
   encoder = family.build(config, False).build_variables()

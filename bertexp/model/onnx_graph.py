@@ -197,7 +197,8 @@ def encoder_output(graph, encoder):
     raise ValueError("export-onnx writes bertexp's own encoders; this "
                      f"model's encoder is a {type(encoder).__name__}")
   config = encoder.config
-  if type(encoder.embeddings) is not modeling.Embeddings or any(
+  # Families of other layers (ModernBERT has no `embeddings` layer at all).
+  if type(getattr(encoder, "embeddings", None)) is not modeling.Embeddings or any(
       type(block) is not modeling.TransformerBlock for block in encoder.blocks):
     raise ValueError(
         "export-onnx writes ONNX Runtime's fused BERT layers, which the "

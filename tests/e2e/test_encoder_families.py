@@ -26,7 +26,8 @@ from conftest import TESTS
 import matrix_fixtures as mf
 
 GOLDEN = os.path.join(TESTS, "golden", "families")
-FAMILIES = ("electra", "roberta", "albert", "deberta-v2", "mobilebert")
+FAMILIES = ("electra", "roberta", "albert", "deberta-v2", "mobilebert",
+            "modernbert")
 FLOAT32 = ['bertexp.configure_numerics.precision="float32"']
 # Words of the fixtures' vocab.txt (w0...): a sentence's label is whether
 # it holds a word of POSITIVE.
@@ -173,7 +174,7 @@ def test_family_on_two_replicas_equals_one(family, specs, one_replica,
 # The families whose blocks are not BERT's (relative positions; bottlenecks,
 # NoNorm, stacked feed-forward networks) also run on the TPU check's XLA
 # replicas (runtime/tpu_check.gin: XLA-compiled steps, static shapes).
-XLA_FAMILIES = ("deberta-v2", "mobilebert")
+XLA_FAMILIES = ("deberta-v2", "mobilebert", "modernbert")
 # The last gradient norm, relative, against the 1-replica (non-XLA) run.
 # DeBERTa's classifier barely moves in 3 steps (loss ln 2, gradient norm
 # 1.2e-3), so the rounding of O(1) activations weighs ~1000x more in its
@@ -209,15 +210,16 @@ def test_export_tflite_and_onnx_of_each_family(family, specs, one_replica,
                                                capsys, tmp_path):
   """ELECTRA, RoBERTa and ALBERT (BERT's layers): export-onnx's float32 graph
   gives the fine-tuned model's probabilities on the held-out rows to 1e-5.
-  DeBERTa and MobileBERT (layers of their own): TFLite (float) does, and
-  export-onnx is a one-line error naming the family that writes nothing.
+  DeBERTa, MobileBERT and ModernBERT (layers of their own): TFLite (float)
+  does, and export-onnx is a one-line error naming the family that writes
+  nothing.
   (BERT's layers in TFLite: tests/e2e/test_train.py.)"""
   spec = specs[family]
   model_dir = str(tmp_path / "run")
   shutil.copytree(one_replica[family], model_dir)
   args = mf.train_args([spec["gin_file"]], mf.run_params(spec, model_dir),
                        FLOAT32)[2:]
-  if family in ("deberta-v2", "mobilebert"):
+  if family in ("deberta-v2", "mobilebert", "modernbert"):
     assert cli.main(["export-tflite"] + args) == 0
     with open(os.path.join(model_dir, "tflite", "tflite_report.json")) as f:
       tflite = json.load(f)["float"]

@@ -163,7 +163,8 @@ class RotaryAttention(tf_keras.layers.Layer):
   """Self-attention with rotary positions, global or in a sliding window."""
 
   def __init__(self, config, layer, **kwargs):
-    super().__init__(**kwargs)
+    # No autocast: x stays float32; the projections cast what they read.
+    super().__init__(autocast=False, **kwargs)
     self.config = config
     self.heads = config.num_attention_heads
     self.width = config.hidden_size // self.heads
@@ -207,7 +208,8 @@ class ModernBlock(tf_keras.layers.Layer):
   """Pre-norm attention and GeGLU feed-forward, each around a residual."""
 
   def __init__(self, config, layer, **kwargs):
-    super().__init__(**kwargs)
+    # No autocast: the residual stream stays float32 under mixed precision.
+    super().__init__(autocast=False, **kwargs)
     self.config = config
     self.attention_norm = None if layer == 0 else _norm(config,
                                                          "attention_norm")
@@ -258,6 +260,9 @@ class ModernBertEncoder(tf_keras.Model):
         config.hidden_size, use_bias=config.classifier_bias,
         kernel_initializer=modeling.initializer(config), name="head_dense")
     self.head_norm = _norm(config, "head_norm")
+    # Resolved when built (inside modeling.portable_activations for TFLite).
+    self.head_activation = modeling.get_activation(
+        config.classifier_activation)
 
   def call(self, inputs, training=None, dropout_seed=None, pooled_only=False,
            return_layers=False):
@@ -292,9 +297,8 @@ class ModernBertEncoder(tf_keras.Model):
     else:
       pooled = (tf.reduce_sum(sequence * mask[..., None], 1) /
                 tf.reduce_sum(mask, 1, keepdims=True))
-    activation = modeling.get_activation(self.config.classifier_activation)
-    return tf.cast(self.head_norm(activation(self.head_dense(pooled))),
-                   tf.float32)
+    return tf.cast(self.head_norm(self.head_activation(
+        self.head_dense(pooled))), tf.float32)
 
   def layer_groups(self):
     """The embeddings (table and norm), each block, then the final norm and

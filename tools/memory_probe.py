@@ -72,8 +72,7 @@ def probe(args):
   from bertexp.train import optimization
   from bertexp.train import strategy as strategy_lib
   from bertexp.train import trainer as trainer_lib
-  import gin
-  from bertexp.model import encoders  # noqa: F401  (registers build_encoder)
+  from bertexp.model import encoders
   tf.config.threading.set_intra_op_parallelism_threads(args.threads)
   tf.config.threading.set_inter_op_parallelism_threads(args.threads)
   if args.precision != "float32":
@@ -81,12 +80,12 @@ def probe(args):
   strategy = strategy_lib.make_strategy("default")
   tf.constant(1.0) + 1.0            # the runtime is up
   runtime = _resident_bytes()
-  gin.bind_parameter("bertexp.build_encoder.recompute", args.recompute)
   with tempfile.TemporaryDirectory() as folder:
     config = (json.load(open(args.config_json)) if args.config_json
               else _config(args))
     task = classification_task(folder, config, args.seq)
-    with strategy.scope():
+    with strategy.scope(), encoders.settings_scope(
+        encoders.EncoderSettings(recompute=args.recompute)):
       model = task.build_model()
       optimizer = optimization.create_optimizer(100, 10, learning_rate=1e-5)
       optimizer.build(model.trainable_variables)

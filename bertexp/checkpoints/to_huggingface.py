@@ -282,6 +282,9 @@ def export_huggingface(input_path, output_dir, bert_config_file=None,
                                            bert_config_file, vocab_file)
   config = encoders.read_config(bert_config_file)
   family = encoders.family_of(config)
+  if not family.hf_exports:
+    raise ValueError(f"{bert_config_file}: the {family.name!r} encoder family "
+                     "does not go back to Hugging Face yet")
   reader = tf.train.load_checkpoint(checkpoint)
   shapes = reader.get_variable_to_shape_map()
   prefix = ("model/encoder/" if any(k.startswith("model/encoder/") for k in shapes)

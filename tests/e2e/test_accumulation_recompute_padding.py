@@ -89,7 +89,8 @@ def _gradients(task, model, features, labels, seed):
 def _classifier(config_path, recompute):
   tf_keras.utils.set_random_seed(5)
   encoder = encoders.build_encoder(
-      modeling.BertConfig.from_json_file(config_path), recompute=recompute)
+      modeling.BertConfig.from_json_file(config_path),
+      encoders.EncoderSettings(recompute=recompute))
   return modeling.ClassifierModel(encoder, 2, dropout_rate=0.1,
                                   seed=1).build_variables()
 

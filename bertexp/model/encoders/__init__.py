@@ -67,6 +67,8 @@ class EncoderFamily:
       layout differs from BERT's (RoBERTa's and ELECTRA's
       `classifier.dense` + `classifier.out_proj`); renamed modules stay
       outside the encoder's module prefix.
+    hf_exports: whether `convert-checkpoint --to=huggingface` writes the
+      family (False: a one-line error naming it).
   """
   name: str
   config_class: type
@@ -80,6 +82,7 @@ class EncoderFamily:
   hf_classes: Tuple[str, ...] = ()
   hf_head_renames: Dict[str, Dict[str, str]] = dataclasses.field(
       default_factory=dict)
+  hf_exports: bool = True
 
   def hf_class(self, model_type):
     """transformers' class-name stem for `model_type` (one of

@@ -425,4 +425,4 @@ FAMILY = encoders.EncoderFamily(
     hf_prefix="model", numpy_reference=numpy_reference,
     hf_optional_sources=tuple(f"{layer}.{kind}" for layer in HEAD
                               for kind in ("weight", "bias")),
-    hf_classes=("ModernBert",))
+    hf_classes=("ModernBert",), hf_exports=False)

@@ -159,6 +159,12 @@ def _norm(config, name):
       dtype="float32", name=name)
 
 
+def _dense(config, units, use_bias, name):
+  """A Dense of `units` with the config's initializer, biased or not."""
+  return modeling.Dense(units, use_bias=use_bias, name=name,
+                        kernel_initializer=modeling.initializer(config))
+
+
 class RotaryAttention(tf_keras.layers.Layer):
   """Self-attention with rotary positions, global or in a sliding window."""
 
@@ -170,11 +176,9 @@ class RotaryAttention(tf_keras.layers.Layer):
     self.width = config.hidden_size // self.heads
     self.theta = config.rope_theta(layer)
     self.window = None if config.is_global(layer) else config.local_attention
-    dense = lambda units, name: modeling.Dense(
-        units, use_bias=config.attention_bias,
-        kernel_initializer=modeling.initializer(config), name=name)
-    self.qkv = dense(3 * config.hidden_size, "qkv")
-    self.out = dense(config.hidden_size, "out")
+    self.qkv = _dense(config, 3 * config.hidden_size, config.attention_bias,
+                      "qkv")
+    self.out = _dense(config, config.hidden_size, config.attention_bias, "out")
     self.dropout = modeling.Dropout(config.attention_probs_dropout_prob)
 
   def allowed(self, mask):
@@ -215,11 +219,9 @@ class ModernBlock(tf_keras.layers.Layer):
                                                          "attention_norm")
     self.attention = RotaryAttention(config, layer, name="attention")
     self.mlp_norm = _norm(config, "mlp_norm")
-    dense = lambda units, name: modeling.Dense(
-        units, use_bias=config.mlp_bias,
-        kernel_initializer=modeling.initializer(config), name=name)
-    self.wi = dense(2 * config.intermediate_size, "wi")
-    self.wo = dense(config.hidden_size, "wo")
+    self.wi = _dense(config, 2 * config.intermediate_size, config.mlp_bias,
+                     "wi")
+    self.wo = _dense(config, config.hidden_size, config.mlp_bias, "wo")
     self.activation = modeling.get_activation(config.hidden_act)
     self.dropout = modeling.Dropout(config.hidden_dropout_prob)
 
@@ -256,9 +258,8 @@ class ModernBertEncoder(tf_keras.Model):
     self.blocks = [ModernBlock(config, i, name=f"layer_{i}")
                    for i in range(config.num_hidden_layers)]
     self.final_norm = _norm(config, "final_norm")
-    self.head_dense = modeling.Dense(
-        config.hidden_size, use_bias=config.classifier_bias,
-        kernel_initializer=modeling.initializer(config), name="head_dense")
+    self.head_dense = _dense(config, config.hidden_size,
+                             config.classifier_bias, "head_dense")
     self.head_norm = _norm(config, "head_norm")
     # Resolved when built (inside modeling.portable_activations for TFLite).
     self.head_activation = modeling.get_activation(

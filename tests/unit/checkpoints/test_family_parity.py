@@ -139,7 +139,12 @@ def _stripped(tensors, prefix):
           value for name, value in tensors.items()}
 
 
-@pytest.mark.parametrize("model_type", MODEL_TYPES)
+# ModernBERT does not go back to transformers yet (a one-line error, see
+# tests/e2e/test_encoder_families.py).
+BACK_TO_HF = [t for t in MODEL_TYPES if not t.startswith("modernbert")]
+
+
+@pytest.mark.parametrize("model_type", BACK_TO_HF)
 def test_each_family_goes_back_to_the_tensors_transformers_wrote(model_type,
                                                                  tmp_path):
   """Hugging Face -> bertexp -> Hugging Face (`--to=huggingface` of the

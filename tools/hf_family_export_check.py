@@ -29,8 +29,8 @@ def write(root):
   from bertexp.model import modeling
   for name in sorted(os.listdir(GOLDEN)):
     source = os.path.join(GOLDEN, name)
-    if not os.path.isdir(source):
-      continue
+    if not os.path.isdir(source) or name.startswith("modernbert"):
+      continue                  # ModernBERT does not go back to HF yet
     out = os.path.join(root, name)
     assert cli.main(["convert-checkpoint", "--from=huggingface",
                      f"--input={source}", f"--output={out}/bertexp"]) == 0

@@ -267,6 +267,7 @@ bench: demo-data $(HF_VENV)/.installed
 	$(PY) tools/bench_families.py
 	$(PY) tools/bench_sweep.py
 	$(PY) tools/bench_beam.py
+	$(PY) tools/bench_long_context.py
 	@test -d $(DEMO_DIR)/export || $(MAKE) demo
 	$(PY) tools/bench_serving.py --run=$(DEMO_DIR)
 

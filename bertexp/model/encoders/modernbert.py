@@ -159,6 +159,58 @@ def _norm(config, name):
       dtype="float32", name=name)
 
 
+def _neighbours(x, chunks):
+  """x [G, M, c, ...] chunked on axis 1 -> [G, M, 3c, ...]: each chunk with
+  the one before and the one after (zeros past the ends)."""
+  padded = tf.pad(x, [[0, 0], [1, 1]] + [[0, 0]] * (len(x.shape) - 2))
+  return tf.concat([padded[:, :chunks], padded[:, 1:chunks + 1],
+                    padded[:, 2:chunks + 2]], axis=2)
+
+
+def banded_attention(q, k, v, mask, half, dropout=tf.identity):
+  """Sliding-window attention computed on its band only.
+
+  The sequence is cut into chunks of `half` positions; a query sees keys at
+  most `half` away, all in its own chunk or the two next to it, so each
+  chunk's scores are [half, 3 half]: time and memory grow linearly with S.
+  Equal to masking the full score matrix (the query rows with no real key
+  in their window take the mean of every value, as a full softmax over
+  equal scores does). Tensors stay 4-D (batch and heads merged), which
+  TFLite's kernels take.
+
+  Args:
+    q, k, v: [B, N, S, D], queries already scaled.
+    mask: [B, S], 1 for real tokens.
+    half: the window's reach each way (local_attention // 2), >= 1.
+    dropout: applied to the attention probabilities.
+  Returns:
+    [B, N, S, D] float32.
+  """
+  batch, heads, seq = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
+  width = q.shape[-1]
+  chunks = (seq + half - 1) // half
+  extra = chunks * half - seq
+  chunk = lambda t: tf.reshape(                                      # [G,M,c,D]
+      tf.pad(t, [[0, 0], [0, 0], [0, extra], [0, 0]]),
+      [batch * heads, chunks, half, width])
+  keys, values = _neighbours(chunk(k), chunks), _neighbours(chunk(v), chunks)
+  real = tf.reshape(tf.pad(tf.cast(mask, tf.float32), [[0, 0], [0, extra]]),
+                    [batch, chunks, half])
+  real = tf.repeat(_neighbours(real, chunks) > 0, heads, axis=0)     # [G,M,3c]
+  offset = tf.range(3 * half)[None] - half - tf.range(half)[:, None]  # [c, 3c]
+  allowed = tf.logical_and(real[:, :, None, :],
+                           (tf.abs(offset) <= half)[None, None])     # [G,M,c,3c]
+  scores = tf.where(allowed, tf.matmul(chunk(q), keys, transpose_b=True),
+                    -1e9)
+  context = tf.matmul(dropout(tf.nn.softmax(scores, -1)), values)    # [G,M,c,D]
+  context = tf.reshape(context, [batch, heads, chunks * half, width])[:, :, :seq]
+  # Rows that see no real key: a full softmax over equal scores averages
+  # every value of the sequence.
+  blind = tf.logical_not(tf.reduce_any(allowed, -1))                 # [G,M,c]
+  blind = tf.reshape(blind, [batch, heads, chunks * half])[:, :, :seq, None]
+  return tf.where(blind, tf.reduce_mean(v, 2, keepdims=True), context)
+
+
 def _dense(config, units, use_bias, name):
   """A Dense of `units` with the config's initializer, biased or not."""
   return modeling.Dense(units, use_bias=use_bias, name=name,
@@ -191,20 +243,30 @@ class RotaryAttention(tf_keras.layers.Layer):
       allowed = tf.logical_and(allowed, near[None, None])
     return allowed
 
-  def call(self, x, mask, training=None, seed=None):
-    """x [B, S, H], mask [B, S] -> ([B, S, H], scores [B, N, S, S])."""
+  def call(self, x, mask, training=None, seed=None, full_scores=False):
+    """x [B, S, H], mask [B, S] -> ([B, S, H], scores [B, N, S, S] or None).
+
+    A sliding-window layer computes only its band (banded_attention: time
+    and memory linear in S) unless `full_scores` asks for the whole score
+    matrix (what layer-wise distillation compares)."""
     batch, seq = tf.shape(x)[0], tf.shape(x)[1]
     qkv = tf.reshape(self.qkv(x), [batch, seq, 3, self.heads, self.width])
     q, k, v = tf.unstack(tf.transpose(
         tf.cast(qkv, tf.float32), [2, 0, 3, 1, 4]))                  # [B,N,S,D]
     cos, sin = rotary_tables(seq, self.width, self.theta)
-    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.width)
-    scores = tf.where(self.allowed(mask), scores, -1e9)             # [B,N,S,S]
-    probs = self.dropout(tf.nn.softmax(scores, -1), training=training,
-                         seed=seed)
-    context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])        # [B,S,N,D]
-    context = tf.reshape(context, [batch, seq, self.heads * self.width])
+    q, k = rotate(q, cos, sin) / math.sqrt(self.width), rotate(k, cos, sin)
+    if self.window is not None and not full_scores:
+      context, scores = banded_attention(
+          q, k, v, mask, self.window // 2,
+          lambda probs: self.dropout(probs, training=training, seed=seed)), None
+    else:
+      scores = tf.where(self.allowed(mask), tf.matmul(q, k, transpose_b=True),
+                        -1e9)                                        # [B,N,S,S]
+      probs = self.dropout(tf.nn.softmax(scores, -1), training=training,
+                           seed=seed)
+      context = tf.matmul(probs, v)                                  # [B,N,S,D]
+    context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
+                         [batch, seq, self.heads * self.width])
     return self.out(tf.cast(context, self.compute_dtype)), scores
 
 
@@ -225,11 +287,13 @@ class ModernBlock(tf_keras.layers.Layer):
     self.activation = modeling.get_activation(config.hidden_act)
     self.dropout = modeling.Dropout(config.hidden_dropout_prob)
 
-  def call(self, x, mask, training=None, seed=None):
-    """x [B, S, H] float32 -> ([B, S, H], attention scores)."""
+  def call(self, x, mask, training=None, seed=None, full_scores=False):
+    """x [B, S, H] float32 -> ([B, S, H], attention scores [B, N, S, S], or
+    None from a sliding-window layer unless `full_scores`)."""
     normed = x if self.attention_norm is None else self.attention_norm(x)
     attended, scores = self.attention(normed, mask, training=training,
-                                      seed=modeling.fold_seed(seed, 0))
+                                      seed=modeling.fold_seed(seed, 0),
+                                      full_scores=full_scores)
     x = x + tf.cast(attended, tf.float32)
     gate_input, gate = tf.split(self.wi(self.mlp_norm(x)), 2, axis=-1)  # [B,S,I]
     inner = self.dropout(self.activation(gate_input) * gate,
@@ -280,7 +344,8 @@ class ModernBertEncoder(tf_keras.Model):
     hidden, scores = [x], []
     for i, block in enumerate(self.blocks):
       x, block_scores = block(x, mask, training=training,
-                              seed=modeling.fold_seed(dropout_seed, i + 1))
+                              seed=modeling.fold_seed(dropout_seed, i + 1),
+                              full_scores=return_layers)
       hidden.append(x)
       scores.append(block_scores)
     x = tf.cast(self.final_norm(x), tf.float32)

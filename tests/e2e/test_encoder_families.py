@@ -144,9 +144,10 @@ def test_family_fine_tunes_predicts_and_exports(family, specs, one_replica):
                              atol=1e-5)
 
 
-# The families of BERT's blocks on 2 mirrored replicas; the others'
-# 2-replica cell is their run on the TPU check's 2 XLA replicas below.
-MIRRORED_FAMILIES = ("electra", "roberta", "albert")
+# The families of BERT's blocks, and ModernBERT, on 2 mirrored replicas; the
+# others' 2-replica cell is their run on the TPU check's 2 XLA replicas below
+# (ModernBERT has that cell too).
+MIRRORED_FAMILIES = ("electra", "roberta", "albert", "modernbert")
 # The last gradient norm, relative, where the default (mf.GRADIENT_NORM_RTOL,
 # 1e-5) is below what the split batch's summation order moves. ALBERT's
 # classifier barely moves in 3 steps (gradient norm 5.1e-3, like DeBERTa's
